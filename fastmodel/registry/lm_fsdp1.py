@@ -13,11 +13,27 @@ kernels/lm/parallel.py ``fsdp_layer_exposed`` read them.
 
 from __future__ import annotations
 
+from fastmodel.registry.validators import Forbidden
+
 #: FSDP1 ``BackwardPrefetch``: ``pre`` (BACKWARD_PRE, the default since PyTorch 2.0), ``post`` (BACKWARD_POST),
 #: ``none`` (``backward_prefetch=None``, PyTorch 1.x's default and Accelerate's)
 FSDP_BACKWARD_PREFETCH = {"pre": 0, "post": 1, "none": 2}
 
+#: ``fsdp_version`` codes: 0 no PyTorch FSDP, 1 FSDP1 (``FullyShardedDataParallel``), 2 FSDP2 (``fully_shard``)
+FSDP_NONE, FSDP1, FSDP2 = 0.0, 1.0, 2.0
+#: whole codes only: a value between two codes (1.5) is refused as 3 is
+FSDP_VERSION_GAPS = tuple(Forbidden(lo, lo + 1.0, "is not a code of fsdp_version: 0, 1 or 2") for lo in (0.0, 1.0))
+
 FSDP1_PLAN_ROWS = (
+    ("fsdp_version", "code", 0, "The PyTorch FSDP the stack runs under FSDP or HSDP sharding: 1, FSDP1 "
+     "(torch.distributed.fsdp.FullyShardedDataParallel: flat parameters, views of the all-gather output; "
+     "pytorch-fsdp, fms-fsdp, composer, accelerate); 2, FSDP2 (fully_shard: per-parameter DTensor shards, copied "
+     "out of the all-gather buffer; torchtitan, kempnerforge); 0, none stated (DDP or ZeRO under DeepSpeed, "
+     "Megatron's distributed optimizer, JAX; Meta's internal stack, whose paper names no FSDP version). The "
+     "kernels read 1 where they price what FSDP1 alone does: the FP32 flat shard and its casts "
+     "(shape.fsdp1_fp32_shards, docs/model.md §11.63), the flat-gradient copy and the run-ahead without the rate "
+     "limiter (memory_fsdp), the root unit (fsdp1_root, §11.26); fsdp1_grad_passes counts the gradient passes "
+     "alone. Set by the stack.", 0, 2, False, "number", FSDP_VERSION_GAPS),
     ("fsdp_backward_prefetch", "code", 0, "FSDP1 backward_prefetch (FSDP_BACKWARD_PREFETCH): pre (BACKWARD_PRE: the "
      "next unit is gathered in the current unit's pre-backward hook, so the current and the next unit are both "
      "gathered at the backward's peak, with overlap_param_gather); post (BACKWARD_POST: gathered in the current "

@@ -36,9 +36,8 @@ SDPA_PLAN_ROWS = (
      "each unit's unsharded 16-bit gradient on the compute stream before its reduce-scatter, once per micro-batch "
      "(docs/model.md §11.26): autograd's concatenation of the views' gradients into the FlatParameter's "
      "(split_with_sizes backward: cat) and the predivide div_ (_reduce_grad, _div_if_needed). 2: FSDP1; 0: other "
-     "stacks (FSDP2's copy-in is fsdp_copy_out's). Set by the stack. > 0 also marks the stack as FSDP1 for the FP32 "
-     "gradient shard and its casts (shape.fsdp1_fp32_shards), the flat-gradient memory (memory_fsdp) and the root "
-     "unit (fsdp1_root): setting 0 on an FSDP1 stack drops those too (review16 #3).", 0, 4, False, "number"),
+     "stacks (FSDP2's copy-in is fsdp_copy_out's). Set by the stack. The passes alone: which stack runs FSDP1 (its "
+     "FP32 shard, flat-gradient memory, root unit) is fsdp_version's (review16 #3, mend18).", 0, 4, False, "number"),
     ("fa_qkv_prepare", "1", 0, "1: Transformer Engine 1.x's FlashAttention path copies the interleaved QKV "
      "projection [s, b, h, 3, d] into separate contiguous [3, b, s, h, d] q, k, v before the flash-attn kernel and "
      "their gradients back after it (TE 09ba842 attention.py _PrepareQKVForFA, tex.fa_prepare_fwd / fa_prepare_bwd): "

@@ -63,7 +63,7 @@ SERVE_STATUSES: tuple[Status, ...] = (
     Status("no_fp8", "precision is fp8 but the device has no FP8 peak and the engine runs no weight-only FP8 "
            "(fp8_weight_only 0; vLLM's FP8 Marlin runs it, docs/model_serving.md S55)"),
     Status("no_kv_room", "not one request's KV cache fits in the memory the weights, workspace and framework "
-           "leave"),
+           "leave (every load mode, a static batch at its own workspace; docs/model_serving.md S9)"),
     NOT_FINITE,
     Status("attention_dp_not_dividing", "SLO search: attention_dp does not divide the requests in flight (each "
            "attention-DP group holds concurrency / attention_dp of them)"),

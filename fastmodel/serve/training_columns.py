@@ -30,7 +30,7 @@ UNREAD_COLUMNS = (
     "offload_modules", "cuda_graphs", "cuda_graph_microbatch_buffers", "last_stage_layers",
     "reduce_every_microbatch", "fsdp_stage_gathered", "pp_engine_deepspeed", "pp_exchange_2021", "schedule_stated",
     "eval_interval", "eval_iters", "tp_per_projection", "sp_wgrad_regather", "interleave_any_microbatches",
-    "fsdp1_grad_passes", "allocator_expandable_segments", "ub_communicators", "ub_ring_exchange_rs",
+    "fsdp1_grad_passes", "fsdp_version", "allocator_expandable_segments", "ub_communicators", "ub_ring_exchange_rs",
     "fsdp_backward_prefetch", "fsdp_limit_all_gathers", "fsdp_units_in_checkpoint", "moe_imbalance",
     "moe_expert_maxvio", "moe_mem_kernels", "moe_sync_issue_ops", "wgrad_fused_accumulation", "step_grad_passes",
     "step_master_copy", "step_zero_grad", "step_grad_check", "step_grad_prescale", "embedding_dense_grad",

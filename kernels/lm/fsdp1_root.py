@@ -27,10 +27,11 @@ overlap, takes the root's exposed place: the term is priced with the embedding's
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.fsdp1_cast import fsdp1_grad_cast_time, fsdp1_shard_cast_time
-from fastmodel.kernels.lm.layout import C_COMM_SM_SHARE, C_FSDP1_GRAD_PASSES, C_FSDP_MODULE_WRAP, C_GRAD_REDUCE_BYTES
+from fastmodel.kernels.lm.layout import C_COMM_SM_SHARE, C_FSDP_MODULE_WRAP, C_FSDP_VERSION, C_GRAD_REDUCE_BYTES
 from fastmodel.kernels.lm.parallel import fsdp1_grad_pass_time, param_bytes
 from fastmodel.kernels.lm.passes import per_layer_fsdp
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
+from fastmodel.registry.lm_fsdp1 import FSDP1
 
 
 @njit
@@ -47,11 +48,11 @@ def fsdp1_root_step(row, dp_comm, before, root_params, layer_params, stage_param
     predivide ``div_``: :func:`parallel.fsdp1_grad_pass_time`, review16 #5), which run after the embedding's
     backward, the last op, with nothing to overlap. A block's passes and casts are memory-bound time of its
     backward; the root's, on the step's exposed path, are reported as ``exposed_dp`` (review16 #6). Unchanged
-    unless the stack runs FSDP1 (``fsdp1_grad_passes`` > 0) per layer (``passes.per_layer_fsdp``). With ``fsdp_module_wrap`` the exposed unit is the embedding's
+    unless the stack runs FSDP1 (``fsdp_version`` 1) per layer (``passes.per_layer_fsdp``). With ``fsdp_module_wrap`` the exposed unit is the embedding's
     (``embedding_params``), not the root (module docstring)."""
     if row[C_FSDP_MODULE_WRAP] > 0.0:
         root_params = embedding_params
-    if row[C_FSDP1_GRAD_PASSES] <= 0.0 or not per_layer_fsdp(row) or root_params <= 0.0:
+    if row[C_FSDP_VERSION] != FSDP1 or not per_layer_fsdp(row) or root_params <= 0.0:
         return dp_comm, before
     grad_bytes = row[C_GRAD_REDUCE_BYTES]
     own = cast = 0.0

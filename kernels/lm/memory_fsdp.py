@@ -11,7 +11,7 @@ was added (issue 23, docs/model_memory.md "PyTorch FSDP1 on A100 40 GB: measured
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.kernels.lm.layout import (
-    BWD_PREFETCH_PRE, C_COLLECTIVE_BUCKET_BYTES, C_DENSE_LAYERS, C_EP, C_FFN, C_FSDP1_GRAD_PASSES,
+    BWD_PREFETCH_PRE, C_COLLECTIVE_BUCKET_BYTES, C_DENSE_LAYERS, C_EP, C_FFN, C_FSDP_VERSION,
     C_FSDP_BACKWARD_PREFETCH, C_FSDP_COPY_OUT, C_FSDP_LIMIT_ALL_GATHERS, C_FSDP_MODULE_WRAP, C_GRAD_REDUCE_BYTES,
     C_HIDDEN, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_OVERLAP_PARAM_GATHER, C_SHARDING, C_TP, SHARD_FSDP,
 )
@@ -21,6 +21,7 @@ from fastmodel.kernels.lm.memory_states import (
 from fastmodel.kernels.lm.parallel import param_bytes
 from fastmodel.kernels.lm.pipeline import microbatches
 from fastmodel.kernels.lm.shape import attention_params_per_device, largest_attention_matrix, norm_params
+from fastmodel.registry.lm_fsdp1 import FSDP1
 
 @njit(error_model='numpy')
 def gathered_expert_split(row):
@@ -104,9 +105,9 @@ def fsdp_run_ahead_bytes(row, stage):
     ``g``-byte gradient). It goes to ``memory_reserved`` only (kernels/lm/evaluate.py ``reserved_bytes``), which
     the allocator caps at what the device holds: a failing ``cudaMalloc`` makes it synchronize on the pending
     events and release them (``release_cached_blocks`` -> ``synchronize_and_free_events``), counted in
-    ``num_alloc_retries``. 0 with the limiter, for FSDP2 and other stacks (``fsdp1_grad_passes = 0``), bucketed
+    ``num_alloc_retries``. 0 with the limiter, for FSDP2 and other stacks (``fsdp_version`` not 1), bucketed
     ZeRO-3, and a stage held gathered. docs/model_memory.md "PyTorch FSDP1: prefetch and the rate limiter"."""
-    if (int(row[C_SHARDING]) != SHARD_FSDP or row[C_FSDP_LIMIT_ALL_GATHERS] > 0 or row[C_FSDP1_GRAD_PASSES] <= 0
+    if (int(row[C_SHARDING]) != SHARD_FSDP or row[C_FSDP_LIMIT_ALL_GATHERS] > 0 or row[C_FSDP_VERSION] != FSDP1
             or row[C_COLLECTIVE_BUCKET_BYTES] > 0 or holds_stage_gathered(row)):
         return 0.0
     non_expert, expert = stage_params(row, stage)
@@ -168,7 +169,7 @@ def fsdp_unit_params(row):
 
 @njit(error_model='numpy')
 def fsdp_flat_grad_copy_bytes(row):
-    """FSDP1's flat parameters (``fsdp1_grad_passes > 0``): the unit's per-parameter gradients, live beside the
+    """FSDP1's flat parameters (``fsdp_version`` 1): the unit's per-parameter gradients, live beside the
     flat gradient autograd concatenates them into, ``c * unit`` (``c`` the compute dtype: autograd gives each
     gradient its tensor's dtype, and the parameters are compute-dtype views of the gathered flat parameter).
 
@@ -184,7 +185,7 @@ def fsdp_flat_grad_copy_bytes(row):
     measured peaks" (nine GPT-175B peaks of the PyTorch FSDP benchmark: the hand peak matches them within
     0.05 %, the model is 0.3 to 2.7 % below them; without recompute they peak at the LM head's ``cat``, which the
     model lacks, and it lands within 0.5 % only because a layer unit is near the head's size)."""
-    if (int(row[C_SHARDING]) != SHARD_FSDP or row[C_FSDP1_GRAD_PASSES] <= 0 or row[C_COLLECTIVE_BUCKET_BYTES] > 0
+    if (int(row[C_SHARDING]) != SHARD_FSDP or row[C_FSDP_VERSION] != FSDP1 or row[C_COLLECTIVE_BUCKET_BYTES] > 0
             or accumulates_unsharded(row)):
         return 0.0
     return param_bytes(row) * fsdp_unit_params(row)

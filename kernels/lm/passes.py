@@ -176,24 +176,25 @@ def fsdp_backward_window(row, refetch, backward, recompute):
 
 
 @njit
-def _add_layer_kind(row, weight, full, selective, fsdp, work):
-    """Add one layer kind's passes (``work[W_*]`` filled by ``layer_costs``), weighted, to the accumulators."""
+def _add_layer_kind(row, weight, full, selective, fsdp, group, work):
+    """Add one layer kind's passes (``work[W_*]`` filled by ``layer_costs``), weighted, to the accumulators;
+    ``group``: :func:`fsdp_shard_group`, computed once per row by the caller."""
     g, a_, m_ = work[W_GEMM], work[W_ATTN], work[W_MEM]
     # the attention backward: BACKWARD_ATTN x the forward at the measured rate (§11.58: no exponential-rate factor);
     # a_extra is 0.0 exactly where the forward carries no factor (every device but B300/GB300)
     a_back = BACKWARD_ATTN * work[W_ATTN_BACKWARD]
     a_extra = BACKWARD_ATTN * (work[W_ATTN_BACKWARD] - a_)
     # FSDP2 copies: each gather out of its buffer, the gradients into the reduce-scatter buffer (a real shard group)
-    sharded = fsdp and fsdp_shard_group(row) > 1.0
+    sharded = fsdp and group > 1.0
     copy = fsdp_copy_out_time(row, work[W_PARAMS]) if sharded else 0.0
     # FSDP1: the flat gradient's cat and predivide passes (fsdp1_grad_passes, 0 otherwise); with FP32 flat
     # parameters each gather's shard cast to 16 bits and the reduced shard's cast to FP32 (§11.63, second note)
     copy_in = cast = 0.0
     if sharded:
-        cast = fsdp1_shard_cast_time(row, work[W_PARAMS], fsdp_shard_group(row))
+        cast = fsdp1_shard_cast_time(row, work[W_PARAMS], group)
         copy += cast
         copy_in = fsdp_reduce_copy_in_time(row, work[W_PARAMS]) + fsdp1_grad_pass_time(row, work[W_PARAMS]) \
-            + fsdp1_grad_cast_time(row, work[W_PARAMS], fsdp_shard_group(row))
+            + fsdp1_grad_cast_time(row, work[W_PARAMS], group)
     # forward-only seconds (a MoE layer's GPU idle after host syncs and einsum gating, ALiBi's bias pass) run in
     # each forward the layer runs (forward, recomputed forward); a MoE layer's backward-only memory-bound seconds (W_BACKWARD_MEM) in the backward
     forward_only = work[W_FORWARD_ONLY]
@@ -227,7 +228,7 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
         cp_left = exposed(row, cp, a_ * (1.0 + BACKWARD_ATTN + full) + a_extra)
     if fsdp:
         t, c = row[C_TP], row[C_CP]
-        group, bucket = fsdp_shard_group(row), row[C_COLLECTIVE_BUCKET_BYTES]
+        bucket = row[C_COLLECTIVE_BUCKET_BYTES]
         gather = bucketed_allgather_time(row, work[W_PARAMS] * param_bytes(row), group, t * c, bucket)
         gather = hook_fetch_time(row, gather, work[W_PARAMS], group)
         reduce = bucketed_allgather_time(row, work[W_PARAMS] * row[C_GRAD_REDUCE_BYTES], group, t * c, bucket)
@@ -371,6 +372,7 @@ def _kinds_into(row, work, counts, held_dense, per_dense, held_moe, per_moe, cos
         work[k] = 0.0
     full, selective = recompute_share(row)
     fsdp = per_layer_fsdp(row)
+    group = fsdp_shard_group(row)         # once per row, not per kind and term
     for kind in range(4):
         held, per = (held_moe, per_moe) if kind >= 2 else (held_dense, per_dense)
         weight = counts[kind] * held / per if per > 0.0 else 0.0
@@ -385,7 +387,7 @@ def _kinds_into(row, work, counts, held_dense, per_dense, held_moe, per_moe, cos
             if use == KIND_COSTS_KEEP:
                 for k in range(N_LAYER_WORK):
                     costs[base + k] = work[k]
-        _add_layer_kind(row, weight, full, selective, fsdp, work)
+        _add_layer_kind(row, weight, full, selective, fsdp, group, work)
 
 
 @njit

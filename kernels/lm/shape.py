@@ -24,7 +24,7 @@ replays CUDA graphs).
 
 from fastmodel.kernels.columns import (
     C_DENSE_LAYERS, C_EP, C_ETP, C_EXPERT_FFN_ALIGN, C_EXPERT_HIDDEN_ALIGN, C_FFN, C_FUSED_KERNELS, C_GATED_MLP,
-    C_EMBEDDING_DENSE_GRAD, C_FSDP1_GRAD_PASSES, C_GRAD_REDUCE_BYTES, C_HEAD_DIM, C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK,
+    C_EMBEDDING_DENSE_GRAD, C_FSDP_VERSION, C_GRAD_REDUCE_BYTES, C_HEAD_DIM, C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK,
     C_LAYERS, C_MASTER_WEIGHTS, C_MLA, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM,
     C_ATTENTION_CHUNK, C_ATTENTION_CHUNK_LAYERS, C_Q_LORA_RANK, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_STACK_COMPUTE_EFF, C_TP, C_VOCAB,
     C_SHARDING, C_WGRAD_FUSED_ACCUMULATION, SHARD_FSDP,
@@ -32,6 +32,7 @@ from fastmodel.kernels.columns import (
 import math
 
 from fastmodel.kernels.jit import njit
+from fastmodel.registry.lm_fsdp1 import FSDP1
 from fastmodel.kernels.roofline import accumulate_source_time, expert_gemm_roofline, gemm_roofline, memory_bound_time
 from fastmodel.kernels.softmax_rate import attention_dims  # defined beside the exponentials' rate, re-exported
 
@@ -46,10 +47,10 @@ FP32_BYTES = 4.0
 @njit
 def fsdp1_fp32_shards(row):
     """True when FSDP1 shards FP32 flat parameters and computes in 16 bits (``MixedPrecision(param_dtype=bf16)``):
-    an FSDP1 stack (``fsdp1_grad_passes`` > 0) under FSDP sharding with master weights (``master_weights`` > 0:
+    an FSDP1 stack (``fsdp_version`` 1) under FSDP sharding with master weights (``master_weights`` > 0:
     the sharded flat parameter is the FP32 master). Then each gather casts the FP32 shard to 16 bits first and each
     reduced gradient shard is cast back to FP32 (docs/model.md §11.63, second note)."""
-    return row[C_FSDP1_GRAD_PASSES] > 0.0 and int(row[C_SHARDING]) == SHARD_FSDP and row[C_MASTER_WEIGHTS] > 0
+    return row[C_FSDP_VERSION] == FSDP1 and int(row[C_SHARDING]) == SHARD_FSDP and row[C_MASTER_WEIGHTS] > 0
 
 
 @njit(error_model='numpy')

@@ -179,12 +179,13 @@ def serve_row(row, out, scratch, memo):
     weights = weight_memory(row)
     batch = row[C_BATCH_SIZE]
     if mode == LOAD_MAX_THROUGHPUT:
-        workspace = activation_memory(row, row[C_MAX_BATCH_SIZE])
-        capacity = kv_capacity(row, weights, workspace)
-        batch = min(math.floor(capacity / (kv_token * kv_held_tokens(row, row[C_INPUT_LEN] + row[C_OUTPUT_LEN]))),
-                    row[C_MAX_BATCH_SIZE])
+        capacity = kv_capacity(row, weights, activation_memory(row, row[C_MAX_BATCH_SIZE]))
+        batch = min(full_length_room(row, kv_token, capacity), row[C_MAX_BATCH_SIZE])
         if batch < 1.0:
             return ST_NO_KV_ROOM
+    elif mode == LOAD_BATCH and full_length_room(row, kv_token, kv_capacity(row, weights,
+                                                                          activation_memory(row, batch))) < 1.0:
+        return ST_NO_KV_ROOM      # a static batch: as the load modes, no room for one request (S9)
     if mode != LOAD_BATCH:
         # the step token budget feeds at most max_num_tokens x L / (I + (O - 1)(k + 1) / E) requests per
         # micro-batch, the verified draft tokens counted (S18); without drafts L = O and (O - 1) x 1.0 is exact,
@@ -195,6 +196,13 @@ def serve_row(row, out, scratch, memo):
         batch = max(1.0, min(batch, feed))
     _fixed(row, batch, kv_token, weights, out, scratch)
     return ST_OK
+
+
+@njit(inline="always")
+def full_length_room(row, kv_token, capacity):
+    """Whole requests whose KV cache at full length (input_len + output_len, its chunked layers' share: S60) fits
+    ``capacity`` (S9); below 1 the status is no_kv_room (max_throughput, and a static batch at its own workspace)."""
+    return math.floor(capacity / (kv_token * kv_held_tokens(row, row[C_INPUT_LEN] + row[C_OUTPUT_LEN])))
 
 
 @njit

@@ -19,7 +19,7 @@ from tests.suite_fixtures import DATA, H100, one
 # a Llama 2 7B block: 4 h^2 attention + 3 h ffn MLP + 2 h norms
 LAYER = 4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096
 HBM = 3.35e12 * 0.8
-FSDP1 = dict(**H100, sharding="hsdp", shard_degree=8, dp=16, grad_reduce_bytes=2, fsdp1_grad_passes=2,
+FSDP1 = dict(**H100, sharding="hsdp", shard_degree=8, dp=16, grad_reduce_bytes=2, fsdp_version=1, fsdp1_grad_passes=2,
              master_weights=1)
 
 
@@ -33,7 +33,7 @@ def test_only_fsdp1_with_fp32_flat_parameters_stores_fp32_gradient_shards():
     assert stored_grad_bytes(row(**FSDP1)) == 4.0                               # BF16 reduce, FP32 shard
     assert stored_grad_bytes(row(**{**FSDP1, "grad_reduce_bytes": 4})) == 4.0   # Composer's DEFAULT: FP32 either way
     # FSDP2 (no FSDP1 passes) keeps the reduce dtype; a 16-bit model (PyTorch 1.10's FP16 minGPT) its 16 bits
-    assert stored_grad_bytes(row(**{**FSDP1, "fsdp1_grad_passes": 0})) == 2.0
+    assert stored_grad_bytes(row(**{**FSDP1, "fsdp_version": 2})) == 2.0
     assert stored_grad_bytes(row(**{**FSDP1, "master_weights": 0})) == 2.0
     assert stored_grad_bytes(row(**{**FSDP1, "sharding": "ddp", "shard_degree": 0})) == 2.0
     assert not fsdp1_fp32_shards(_record("aws-fsdp-gpt3-175b-s512-n128"))        # FP16 parameters, no master
@@ -53,7 +53,7 @@ def test_one_gather_and_one_reduce_cast_a_7b_units_shard():
     fp32_reduce = row(**{**FSDP1, "grad_reduce_bytes": 4})
     assert fsdp1_grad_cast_time(fp32_reduce, LAYER, 8.0) == 0.0            # reduced in FP32: nothing to cast
     assert fsdp1_shard_cast_time(fp32_reduce, LAYER, 8.0) == pytest.approx(shard * 6 / HBM, rel=1e-12)
-    for other in (dict(master_weights=0), dict(fsdp1_grad_passes=0)):
+    for other in (dict(master_weights=0), dict(fsdp_version=2)):
         assert fsdp1_shard_cast_time(row(**{**FSDP1, **other}), LAYER, 8.0) == 0.0
         assert fsdp1_grad_cast_time(row(**{**FSDP1, **other}), LAYER, 8.0) == 0.0
     assert fsdp1_shard_cast_time(r, LAYER, 1.0) == 0.0                      # one device: nothing gathered
@@ -61,7 +61,7 @@ def test_one_gather_and_one_reduce_cast_a_7b_units_shard():
 
 def test_the_recompute_of_units_in_the_checkpoint_casts_each_shard_once_more():
     # full recompute of FSDP units inside the checkpoint: a third gather per layer and step, so a third cast
-    plan = {**LLAMA7B, "fsdp1_grad_passes": 2, "recompute": "full"}
+    plan = {**LLAMA7B, "fsdp_version": 1, "fsdp1_grad_passes": 2, "recompute": "full"}
     inside, outside = one(**plan, fsdp_units_in_checkpoint=1), one(**plan, fsdp_units_in_checkpoint=0)
     expected = 32 * LAYER / 8 * (4 + 2) / HBM                                 # 1.81 ms
     assert inside["time_memory_bound"] - outside["time_memory_bound"] == pytest.approx(expected, rel=1e-3)

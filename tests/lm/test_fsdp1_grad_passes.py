@@ -30,7 +30,8 @@ def test_one_units_passes_read_and_write_its_bf16_gradient_twice():
 
 
 def test_a_step_charges_them_once_per_layer_and_micro_batch():
-    with_passes, without = one(**LLAMA7B, fsdp1_grad_passes=2), one(**LLAMA7B, fsdp1_grad_passes=0)
+    with_passes = one(**LLAMA7B, fsdp_version=1, fsdp1_grad_passes=2)
+    without = one(**LLAMA7B, fsdp_version=0, fsdp1_grad_passes=0)
     layer = 4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096
     passes = 32 * layer * 8 / (3.35e12 * 0.8)                # 1 micro-batch x 32 layers: 19.3 ms
     # the flag also marks FSDP1 with FP32 flat parameters (master weights, docs/model.md §11.63, second note): per
@@ -57,13 +58,13 @@ def test_a_step_charges_them_once_per_layer_and_micro_batch():
     assert with_passes["step_time"] - without["step_time"] - root == pytest.approx(expected + optimizer, rel=1e-2)
     # two micro-batches per step: FSDP1 reduce-scatters after every backward, so twice the passes
     twice = {**LLAMA7B, "global_batch": 64}
-    doubled = one(**twice, fsdp1_grad_passes=2)["time_memory_bound"] - one(**twice)["time_memory_bound"]
+    doubled = one(**twice, fsdp_version=1, fsdp1_grad_passes=2)["time_memory_bound"] - one(**twice)["time_memory_bound"]
     assert doubled == pytest.approx(2 * expected, rel=1e-3)
 
 
 def test_unsharded_data_parallel_runs_no_fsdp_passes():
     plain = {**LLAMA7B, "sharding": "ddp", "shard_degree": 1}
-    assert one(**plain, fsdp1_grad_passes=2)["time_memory_bound"] == pytest.approx(
+    assert one(**plain, fsdp_version=1, fsdp1_grad_passes=2)["time_memory_bound"] == pytest.approx(
         one(**plain)["time_memory_bound"], rel=1e-12)
 
 
@@ -71,9 +72,12 @@ def test_unsharded_data_parallel_runs_no_fsdp_passes():
                                        "Composer (llm-foundry)", "HF Accelerate (FSDP)"])
 def test_every_fsdp1_profile_sets_two_passes(framework):
     # the passes are FSDP1's (flat parameters), not one stack's: every FSDP1 profile sets them
-    assert resolve(ExecutionSpec(framework=framework, sharding="fsdp"), pp=1, layers=32).fsdp1_grad_passes == 2
+    resolved = resolve(ExecutionSpec(framework=framework, sharding="fsdp"), pp=1, layers=32)
+    assert resolved.fsdp1_grad_passes == 2 and resolved.fsdp_version == 1      # and says it runs FSDP1 (mend18)
 
 
 @pytest.mark.parametrize("framework", ["TorchTitan (FSDP2)", "KempnerForge (PyTorch FSDP2)", "Megatron-LM"])
 def test_fsdp2_and_other_stacks_set_none(framework):
-    assert not resolve(ExecutionSpec(framework=framework, sharding="fsdp"), pp=1, layers=32).fsdp1_grad_passes
+    resolved = resolve(ExecutionSpec(framework=framework, sharding="fsdp"), pp=1, layers=32)
+    assert not resolved.fsdp1_grad_passes
+    assert resolved.fsdp_version == (None if framework == "Megatron-LM" else 2)   # FSDP2 stated; Megatron: none

@@ -46,16 +46,16 @@ def test_without_backward_prefetch_only_the_backward_gathers_are_exposed():
 
 
 def test_run_ahead_without_the_rate_limiter_is_the_steps_gathers_and_gradients():
-    """FSDP1 (fsdp1_grad_passes 2), limit_all_gathers false, two layers, pp 1, m = 64 / (2 x 8) = 4 micro-batches.
+    """FSDP1 (fsdp_version 1), limit_all_gathers false, two layers, pp 1, m = 64 / (2 x 8) = 4 micro-batches.
     The stage's parameters on one device: 2 layers + embedding V h + final norm h + untied head V h. Each
     micro-batch gathers them twice in 2 bytes and builds one 4-byte gradient: 4 x (2 x 2 + 4) x P. With the
     limiter, for FSDP2 (no FSDP1 passes) or without sharding: nothing."""
-    plan = {**FSDP, "layers": 2, "vocab": V, "micro_batch": 2, "global_batch": 64, "fsdp1_grad_passes": 2}
+    plan = {**FSDP, "layers": 2, "vocab": V, "micro_batch": 2, "global_batch": 64, "fsdp_version": 1, "fsdp1_grad_passes": 2}
     params = 2 * LAYER + V * H + H + V * H
     assert fsdp_run_ahead_bytes(row(**plan, fsdp_limit_all_gathers=0), 0.0) == pytest.approx(
         4 * (2 * 2 + 4) * params, rel=1e-12)
     assert fsdp_run_ahead_bytes(row(**plan, fsdp_limit_all_gathers=1), 0.0) == 0.0
-    assert fsdp_run_ahead_bytes(row(**{**plan, "fsdp1_grad_passes": 0}, fsdp_limit_all_gathers=0), 0.0) == 0.0
+    assert fsdp_run_ahead_bytes(row(**{**plan, "fsdp_version": 2}, fsdp_limit_all_gathers=0), 0.0) == 0.0
     assert fsdp_run_ahead_bytes(row(**{**plan, "sharding": "distopt"}, fsdp_limit_all_gathers=0), 0.0) == 0.0
 
 
@@ -64,7 +64,7 @@ def test_reserved_memory_takes_the_run_ahead_up_to_what_the_device_holds():
     run-ahead above, 4 x 8 x P = 32 x 666,914,816 B = 21.34 GB): a 30 GB device caps it at 30 - 1 = 29 GB (the
     allocator synchronizes and releases there); an 80 GB one holds 10.5 GB + 21.34 GB. Never below the limiter's
     10.5 GB (a 5 GB device)."""
-    plan = {**FSDP, "layers": 2, "vocab": V, "micro_batch": 2, "global_batch": 64, "fsdp1_grad_passes": 2,
+    plan = {**FSDP, "layers": 2, "vocab": V, "micro_batch": 2, "global_batch": 64, "fsdp_version": 1, "fsdp1_grad_passes": 2,
             "allocator_cache_fraction": 0.05}
     run = 4 * (2 * 2 + 4) * (2 * LAYER + 2 * V * H + H)
     assert reserved_bytes(row(**plan, hbm_bytes=80e9), 10e9, 1e9, 0.0) == pytest.approx(10.5e9, rel=1e-12)

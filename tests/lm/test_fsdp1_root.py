@@ -20,7 +20,7 @@ STAGE = 32 * LAYER + ROOT
 
 def _row(**values):
     base = dict(**H100, **IBM_NET, sharding="hsdp", shard_degree=8, dp=96, n_gpus=96, tp=1, pp=1,
-                grad_reduce_bytes=2, fsdp1_grad_passes=2)
+                grad_reduce_bytes=2, fsdp_version=1, fsdp1_grad_passes=2)
     return row(**{**base, **values})
 
 
@@ -95,7 +95,7 @@ def test_module_wrapped_embedding_head_and_norm_leave_only_the_embedding_unit_ex
     assert exposed == pytest.approx(2 * ring + _passes(emb), rel=1e-9)
 
 
-@pytest.mark.parametrize("values", [dict(fsdp1_grad_passes=0), dict(sharding="ddp", shard_degree=0),
+@pytest.mark.parametrize("values", [dict(fsdp_version=2), dict(sharding="ddp", shard_degree=0),
                                     dict(pp=2)])
 def test_fsdp2_ddp_and_pipelined_fsdp_are_unchanged(values):
     assert fsdp1_root_step(_row(**values), 1.0, 2.0, ROOT, LAYER, STAGE, 10.0, 8.0, 96.0, 1.0, 1.0, 0.0) == (1.0, 2.0)
@@ -105,7 +105,8 @@ def test_a_step_exposes_it_once_in_the_data_parallel_time():
     # the IBM 7B run's plan at 96 GPUs: FSDP1 on (2 gradient passes) against off, everything else equal; the
     # passes lengthen the backward, which hides the rest of the replica all-reduce either way
     plan = {**LLAMA7B, "n_gpus": 96, "dp": 96, "global_batch": 192}
-    on, off = one(**plan, fsdp1_grad_passes=2), one(**plan, fsdp1_grad_passes=0)
+    on = one(**plan, fsdp_version=1, fsdp1_grad_passes=2)
+    off = one(**plan, fsdp_version=0, fsdp1_grad_passes=0)
     # the kernel's counts leave out the norms: the final one of the root (4,096) and a block's two (8,192)
     root, layer = 2 * 32000 * 4096, 4 * 4096**2 + 3 * 4096 * 11008
     tail = 0.85 * (_replica_allreduce(2 * layer / 8) + _replica_allreduce(2 * root / 8))

@@ -78,7 +78,7 @@ def test_every_execution_field_named_like_a_column_reaches_its_column():
                "muon_ns_steps": 10.0, "muon_ns_gram_square": False, "muon_distributed": False,
                "attn_fa2": True, "tp_per_projection": True, "sp_wgrad_regather": False, "fp8_recipe": "blockwise", "last_stage_layers": 3.0,
                "step_grad_copy_bytes": 4.0, "fsdp_stage_gathered": True, "bf16_layers_start": 1.0, "bf16_layers_end": 2.0,
-               "cuda_graphs": "full_iteration", "cuda_graph_microbatch_buffers": True, "fsdp1_grad_passes": 2.0,
+               "cuda_graphs": "full_iteration", "cuda_graph_microbatch_buffers": True, "fsdp1_grad_passes": 2.0, "fsdp_version": 2.0,
                "eval_interval": 1000.0, "ub_communicators": 10.0, "ub_ring_exchange_rs": 1.0,
                "eval_iters": 100.0, "pp_engine_deepspeed": True, "pp_exchange_2021": 2.0, "ddp_bucket_copy": True,
                "allocator_expandable_segments": True,

@@ -22,7 +22,7 @@ NO_OVERHEAD = dict(cuda_context_bytes=0, cublas_workspace_bytes=0, nccl_channels
 H, F = 1024, 4096
 FSDP1 = dict(hidden=H, ffn=F, heads=16, kv_heads=16, head_dim=64, vocab=1000, seq_len=512, gated_mlp=0,
              tied_embeddings=0, dropout=1, flash_attention=0, dp=8, sharding="fsdp", grad_reduce_bytes=2,
-             master_weights=0, layers=4, overlap_param_gather=0, fsdp1_grad_passes=2)
+             master_weights=0, layers=4, overlap_param_gather=0, fsdp_version=1, fsdp1_grad_passes=2)
 
 
 def peak(**values) -> np.ndarray:
@@ -34,11 +34,11 @@ def peak(**values) -> np.ndarray:
 def test_flat_gradient_copy_is_one_unit_in_the_compute_dtype():
     """The per-parameter gradients autograd concatenates into the flat gradient: 2 B x the unit, a layer
     12 h^2 + 2 h (two norms) or, module-wrapped, the largest module 4 h^2; none for FSDP2 (no flat parameter,
-    ``fsdp1_grad_passes = 0``) or without FSDP."""
+    ``fsdp_version = 2``) or without FSDP."""
     base = dict(FSDP1, micro_batch=1, global_batch=8)
     assert fsdp_flat_grad_copy_bytes(row(**base)) == 2 * (12 * H * H + 2 * H)
     assert fsdp_flat_grad_copy_bytes(row(**base, fsdp_module_wrap=1)) == 2 * 4 * H * H
-    assert fsdp_flat_grad_copy_bytes(row(**{**base, "fsdp1_grad_passes": 0})) == 0.0
+    assert fsdp_flat_grad_copy_bytes(row(**{**base, "fsdp_version": 2})) == 0.0
     assert fsdp_flat_grad_copy_bytes(row(**{**base, "sharding": "ddp"})) == 0.0
 
 
@@ -51,7 +51,7 @@ def test_module_wrapped_fsdp1_peaks_at_the_larger_backward_moment(micro_batch):
     the compute moment stays, as without the flat parameter."""
     t_tok, unit = 512 * micro_batch, 4 * H * H
     plan = dict(FSDP1, fsdp_module_wrap=1, recompute="full", micro_batch=micro_batch, global_batch=8 * micro_batch)
-    with_cat, without = peak(**plan), peak(**{**plan, "fsdp1_grad_passes": 0})
+    with_cat, without = peak(**plan), peak(**{**plan, "fsdp_version": 2})
     assert with_cat[M_ACTIVATIONS] == without[M_ACTIVATIONS]
     assert without[M_BUFFERS] == pytest.approx(4 * unit + 2 * t_tok * H + 2 * t_tok * F, rel=1e-12)
     cat = 6 * unit + 2 * t_tok * H
@@ -65,7 +65,7 @@ def test_layer_wrapped_fsdp1_concatenates_at_the_end_of_the_layer():
     (2 + 2) L + 2 L + 4 T h against the compute moment's (2 + 2) L + 2 T h + 2 T f."""
     t_tok, layer = 512, 12 * H * H + 2 * H
     plan = dict(FSDP1, micro_batch=1, global_batch=8)
-    with_cat, without = peak(**plan), peak(**{**plan, "fsdp1_grad_passes": 0})
+    with_cat, without = peak(**plan), peak(**{**plan, "fsdp_version": 2})
     assert without[M_BUFFERS] == pytest.approx(4 * layer + 2 * t_tok * H + 2 * t_tok * F, rel=1e-12)
     assert with_cat[M_BUFFERS] == pytest.approx(6 * layer + 4 * t_tok * H, rel=1e-12)
     assert with_cat[M_ACTIVATIONS] == without[M_ACTIVATIONS]

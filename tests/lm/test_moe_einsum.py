@@ -90,8 +90,8 @@ def test_the_gating_tensors_move_18_bytes_per_slot_forward_and_10_backward_by_ha
     assert (gated[W_FORWARD_ONLY], gated[W_BACKWARD_MEM]) == (forward, backward)
     plain = gated.copy()
     plain[W_FORWARD_ONLY] = plain[W_BACKWARD_MEM] = 0.0
-    _add_layer_kind(r, 1.0, 1.0, 0.0, False, gated)
-    _add_layer_kind(r, 1.0, 1.0, 0.0, False, plain)
+    _add_layer_kind(r, 1.0, 1.0, 0.0, False, 1.0, gated)
+    _add_layer_kind(r, 1.0, 1.0, 0.0, False, 1.0, plain)
     slots = (A_FORWARD, A_BACKWARD_INPUT, A_RECOMPUTE)
     per_layer = sum(gated[k] - plain[k] for k in slots)
     assert per_layer == pytest.approx((2 * 18 + 10) * elements / bw, rel=1e-9)

@@ -252,7 +252,7 @@ def test_the_b200_runs_read_as_megatron_core_kernels():
     assert differ == {"fused_kernels", "selective_policy", "overlap_grad_reduce", "overlap_param_gather",
                       "moe_mem_kernels", "moe_probs_in_experts", "loss_traffic_bytes_per_logit", "step_grad_passes",
                       "step_master_copy", "step_zero_grad", "step_grad_check", "step_grad_prescale", "embedding_dense_grad",
-                      "wgrad_fused_accumulation", "attn_fa2", "fsdp1_grad_passes", "ub_communicators",
+                      "wgrad_fused_accumulation", "attn_fa2", "fsdp1_grad_passes", "fsdp_version", "ub_communicators",
                       "host_ops_layer", "host_op_s",    # eager PyTorch's counted host issue (docs/model.md §11.59)
                       "step_host_loops", "p2p_host_sync"}   # Megatron-Core's host syncs (docs/model.md §11.64)
     assert columns[C["moe_probs_in_experts"]] == 1 and explicit[C["moe_probs_in_experts"]] == 0

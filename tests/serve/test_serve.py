@@ -103,20 +103,37 @@ def test_max_throughput_without_room_is_flagged_not_crashed():
 
 @pytest.mark.parametrize("load, named", [(["--concurrency", "8"], "no_kv_room: concurrency 8: "),
                                          (["--max-throughput"], "no_kv_room: max_throughput: "),
-                                         (["--batch-size", "4"], None)])
+                                         (["--batch-size", "4"], "no_kv_room: batch 4: ")])
 def test_no_kv_room_names_the_load_mode_given(load, named):
     """A8: 70B BF16 weights (~131 GiB) leave no KV room on one H100: the one-line error names the load the user
-    gave (not always 'max_throughput'); a static batch is not refused for KV room (it reports does NOT fit)."""
+    gave (not always 'max_throughput'); a static batch too (mend18: it said ok with fits_memory 0 before)."""
     from click.testing import CliRunner
 
     from fastmodel.cli import main
 
     result = CliRunner().invoke(main, ["serve", "-m", "llama3.1-70b", "-d", "H100", "--tp", "1", *load])
-    if named is None:
-        assert result.exit_code == 0 and "does NOT fit" in result.output, result.output
-        return
     assert result.exit_code == 2 and result.output.count("\n") == 1 and named in result.output, result.output
     assert "max_throughput" not in result.output or "max_throughput" in named
+
+
+def test_static_batch_without_room_for_one_request_is_no_kv_room():
+    """A static batch refuses as the load modes do (S9): no_kv_room where the KV budget
+    ``0.9 (HBM - weights - workspace - framework)`` holds less than one request's KV cache at full length, ok where
+    it holds one. Llama 3.1 8B: 32 layers x 8 KV heads x 128 x (K, V) x 2 B = 131,072 B per token, x 4,096
+    tokens; the HBM of the boundary by hand, 1 MB either side of it."""
+    kw = dict(tp=1, input_len=2048, output_len=2048, batch_size=1)
+    r = evaluate("llama3.1-8b", "H100", **kw)
+    assert r["status"] == "ok" and r["kv_bytes_per_token"] == 32 * 8 * 128 * 2 * 2
+    framework = columns("llama3.1-8b", "H100", **kw)[COLUMN_INDEX["framework_memory_bytes"]]
+    one_request = 131072.0 * 4096
+    boundary = r["weight_memory"] + r["activation_memory"] + framework + one_request / 0.9
+    below = evaluate("llama3.1-8b", "H100", hbm_bytes=boundary - 1e6, **kw)
+    above = evaluate("llama3.1-8b", "H100", hbm_bytes=boundary + 1e6, **kw)
+    assert below["status"] == "no_kv_room" and math.isnan(below["tpot"])
+    assert above["status"] == "ok" and one_request <= above["kv_cache_capacity"] < 2 * one_request
+    # room for one request but not for the batch: still ok, over memory (fits_memory 0), as before
+    big = evaluate("llama3.1-8b", "H100", **{**kw, "batch_size": 1024})
+    assert big["status"] == "ok" and big["fits_memory"] == 0.0
 
 
 def test_static_decode_sum_is_exact_across_the_attention_crossover():
@@ -396,7 +413,9 @@ def test_validate_counts_a_refused_serving_record_as_a_miss(tmp_path):
 def test_static_prefill_attention_runs_one_prompt_per_attention_dp_group():
     """A static batch of 4 prompts over 4 attention-DP groups: each group attends its own prompt in parallel, so
     the prefill attention is one prompt's causal attention (flash: I (I + 1) / 2 pairs per head), not four."""
-    kw = dict(input_len=2048, output_len=2)
+    # 160 GB of HBM: Mixtral's 93 GB of weights leave no KV room on one 80 GB H100 (no_kv_room, S9); the rates
+    # stay the H100's
+    kw = dict(input_len=2048, output_len=2, hbm_bytes=160e9)
     one = evaluate("mixtral-8x7b", "H100", tp=1, batch_size=1, **kw)
     four = evaluate("mixtral-8x7b", "H100", tp=1, attention_dp=4, ep=4, batch_size=4, **kw)
     d = device_columns("H100")

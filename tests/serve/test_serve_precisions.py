@@ -211,10 +211,10 @@ def test_a_precision_axis_of_gpt_oss_gives_its_published_checkpoint_at_each_valu
     from fastmodel.serve.sweep_file import serve_plan
     from fastmodel.sweeps.run import run_in_memory
 
-    kw = dict(batch_size=8, input_len=1024, output_len=256)
+    kw = dict(batch_size=8, input_len=1024, output_len=256, tp=2)    # BF16 120B: no KV room on one B200
     swept = sweep("gpt-oss-120b", device="B200", precision=["bf16", "fp4"], **{k: [v] for k, v in kw.items()})
     specs = Path(__file__).resolve().parents[2] / "specs"
-    plan = serve_plan(None, "gpt-oss-120b", "B200", "serve-chat", {"precision": ["bf16", "fp4"], "batch_size": [8]},
+    plan = serve_plan(None, "gpt-oss-120b", "B200", "serve-chat", {"precision": ["bf16", "fp4"], "batch_size": [8], "tp": [2]},
                       specs)
     assert (plan.task.input_len, plan.task.output_len) == (1024, 256)
     filed = run_in_memory(plan, require_ok=False)

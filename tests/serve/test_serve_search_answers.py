@@ -275,12 +275,15 @@ def test_cli_best_by_a_disagg_variable_says_the_pools_rule_and_names_the_pools_c
     said "only plans that fit ... (memory_per_device over usable HBM)"); ``--where tp=2`` there names the pools'
     coordinates, nearest first (it said "filter on unknown variable 'tp'" and nothing more)."""
     out = tmp_path / "s.nc"
+    # 4,096-token prompts: a TP-1 FP8 worker holds one request's KV but not four (ok, disagg_fits_memory false);
+    # the BF16 TP-1 pools hold none (no_kv_room since mend18: dropped by their status, not by this rule)
     search = ["serve", "--search", "-m", "llama3.1-70b", "-d", "H100", "--gpus", "2", "--search-concurrency", "4",
-              "--mode", "agg,disagg", "--ttft", "2s", "--tpot", "100ms", "-o", str(out)]
+              "--mode", "agg,disagg", "--ttft", "2s", "--tpot", "100ms", "--input-len", "4096", "--output-len",
+              "1024", "-o", str(out)]
     assert CliRunner().invoke(main, search).exit_code == 0
     run = CliRunner().invoke(main, ["best", str(out), "--by", "disagg_tpot", "--top", "1"])
     assert run.exit_code == 0, run.output
-    assert run.stderr.startswith("only pools that fit: dropped 4 of 8 pools (disagg_fits_memory false: ")
+    assert run.stderr.startswith("only pools that fit: dropped 1 of 4 pools (disagg_fits_memory false: ")
     assert "memory_per_device" not in run.stderr
     run = CliRunner().invoke(main, ["best", str(out), "--by", "disagg_tpot", "--where", "tp=2"])
     assert run.exit_code == 2 and run.stderr.startswith("error: filter on unknown variable 'tp': ranking by a "

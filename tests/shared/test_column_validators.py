@@ -42,8 +42,9 @@ def test_usable_hbm_fraction_declares_its_gap_in_the_registry():
     assert [column_problem(USABLE, v) for v in (0.0, 0.1, 0.95, 1.0)] == [None] * 4
     assert column_problem(USABLE, 0.05) == f"0.05 {FILL}"
     assert column_problem(USABLE, 1.5) == "1.5 is outside [0, 1]"
-    # the columns with gaps today: this one, and pp_exchange_2021's between its whole codes (review 5 F3)
-    assert {c.name for c in COLUMNS if c.forbid} == {"usable_hbm_fraction", "pp_exchange_2021"}
+    # the columns with gaps today: this one, and pp_exchange_2021's and fsdp_version's between their whole codes
+    # (review 5 F3; mend18)
+    assert {c.name for c in COLUMNS if c.forbid} == {"usable_hbm_fraction", "pp_exchange_2021", "fsdp_version"}
 
 
 def _device_file(tmp_path, monkeypatch, column, value):

@@ -25,7 +25,7 @@ from fastmodel.lm.stacks.pytorch_fsdp import fsdp1_prefetch
 
 def defaults(execution, framework: str | None) -> dict:
     dtype = "fp16" if execution.precision == "fp16" else "bf16"
-    return {"fused_kernels": False, "selective_policy": "op", "fsdp_copy_out": False, "fsdp1_grad_passes": 2, "grad_reduce_dtype": dtype,
+    return {"fused_kernels": False, "selective_policy": "op", "fsdp_copy_out": False, "fsdp_version": 1, "fsdp1_grad_passes": 2, "grad_reduce_dtype": dtype,
             **fsdp1_prefetch(execution, "none", True)}
 
 

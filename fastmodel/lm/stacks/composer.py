@@ -23,7 +23,7 @@ from fastmodel.lm.stacks.pytorch_fsdp import fsdp1_prefetch
 
 
 def defaults(execution, framework: str | None) -> dict:
-    return {"fused_kernels": False, "selective_policy": "op", "fsdp_copy_out": False, "fsdp1_grad_passes": 2, "grad_reduce_dtype": "fp32",
+    return {"fused_kernels": False, "selective_policy": "op", "fsdp_copy_out": False, "fsdp_version": 1, "fsdp1_grad_passes": 2, "grad_reduce_dtype": "fp32",
             **fsdp1_prefetch(execution, "post", True)}
 
 

@@ -26,7 +26,7 @@ from fastmodel.lm.stacks.base import StackProfile
 
 def defaults(execution, framework: str | None) -> dict:
     # compiled by default: ``resolve`` turns torch_compile into fused element-wise kernels; eager when a run says so
-    return {"master_weights": False, "fsdp_copy_out": True, "grad_reduce_dtype": "fp32", "torch_compile": True,
+    return {"master_weights": False, "fsdp_version": 2, "fsdp_copy_out": True, "grad_reduce_dtype": "fp32", "torch_compile": True,
             "fused_kernels": False, "selective_policy": "op", "tp_per_projection": True,
             "sp_wgrad_regather": False}
 

@@ -60,8 +60,10 @@ def fsdp1_prefetch(execution, prefetch: str, limit_all_gathers: bool) -> dict:
 
 def defaults(execution, framework: str | None) -> dict:
     # 2.x: attention through SDPA, whose flash backend (FlashAttention-2) comes first (docs/model.md §11.3)
-    # FSDP1 (flat parameters): the cat and predivide passes over each unit's unsharded gradient (§11.26)
-    values = {"fused_kernels": False, "selective_policy": "op", "attn_fa2": True, "fsdp1_grad_passes": 2}
+    # FSDP1 (flat parameters, torch.distributed.fsdp.FullyShardedDataParallel: fsdp_version 1): the cat and
+    # predivide passes over each unit's unsharded gradient (§11.26)
+    values = {"fused_kernels": False, "selective_policy": "op", "attn_fa2": True, "fsdp_version": 1,
+              "fsdp1_grad_passes": 2}
     stated = version(framework)
     if stated is not None and stated[0] == 1:
         # issue 26 (audit): the 1.x branch exists for one dev row (minGPT on PyTorch 1.10)

@@ -95,7 +95,7 @@ def defaults(execution, framework: str | None) -> dict:
     # (docs/model.md §11.45; Megatron-Core refuses m mod pp != 0)
     # DTensor TP under SP: PrepareModuleInput's all-gather output is the tensor the column-parallel mm saves for
     # backward, so the weight gradient gathers nothing again (docs/model.md §11.41)
-    out = {"fsdp_copy_out": True, "fused_kernels": False, "selective_policy": "op", "loss_impl": loss,
+    out = {"fsdp_version": 2, "fsdp_copy_out": True, "fused_kernels": False, "selective_policy": "op", "loss_impl": loss,
            "attn_fa2": True, "fsdp_stage_gathered": True, "sp_wgrad_regather": False,
            "interleave_any_microbatches": True}
     # TorchTitan's launcher runs torchrun under expandable segments (run_train.sh, PYTORCH_ALLOC_CONF
