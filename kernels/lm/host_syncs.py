@@ -133,13 +133,17 @@ def optimizer_host_s(row, holds_last, local_params):
 
 
 @njit
-def host_sync_s(row, micro_batches, last_busiest):
+def host_sync_s(row, micro_batches, last_busiest, host_bound):
     """GPU idle seconds per step after Megatron-Core's blocking syncs in the pipeline and the loss (docs/model.md
     §11.64): the exchanges' ``synchronize()`` (``p2p_host_sync`` 1 at vp 1, 2 at any vp: batched p2p, arguments.py
     548 and 1165), ``m v + 2 p v - 3`` on the critical path through an end rank (``p v - 1`` forward and as many
     backward crossings of the chunk chain, the busiest end rank's other ``m v - 1`` receives; 1F1B's ``m + 2p - 3``);
     the loss checks of every micro-batch where the last rank is the busiest (or pp 1), and the buckets' checks
-    once, with ``step_grad_check`` (the same ``--check-for-nan-in-loss-and-grad``)."""
+    once, with ``step_grad_check`` (the same ``--check-for-nan-in-loss-and-grad``). 0 on a ``host_bound`` stage
+    (``host_step.host_wait_per_microbatch`` > 0): its GPU already waits for every launch, so the issue after a sync
+    is inside max(GPU, host) (review17 F6)."""
+    if host_bound:
+        return 0.0
     wait = 0.0
     p = row[C_PP]
     v = row[C_VP]

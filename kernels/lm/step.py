@@ -408,8 +408,8 @@ def step_row(row, work, out):
     outside = _data_parallel_ranks(row, work, work[W_PARAMS], micro_batches, stage_mb, out)
     # per-layer FSDP runs without a pipeline only (passes.per_layer_fsdp), so never under an explicit layout
     fsdp_exposed = _fsdp_step(row, work, micro_batches, layers_per_stage(row), out)
-    host_wait = micro_batches * host_wait_per_microbatch(row, per_stage, stage_mb) \
-        + host_sync_s(row, micro_batches, share > 0.0)      # Megatron-Core's blocking syncs (§11.64)
+    host_wait = micro_batches * host_wait_per_microbatch(row, per_stage, stage_mb)
+    host_wait += host_sync_s(row, micro_batches, share > 0.0, host_wait > 0.0)     # Megatron-Core's syncs (§11.64)
     evaluation = eval_time(row, forward, micro_batches)      # the run's interleaved evaluation, per step (§11.17.1)
     step = micro_batches * stage_mb + host_wait + bubble + fsdp_exposed + pp_exposed + outside \
         + row[C_STEP_OVERHEAD_S] + offload + evaluation
