@@ -115,6 +115,8 @@ def test_the_step_carries_the_syncs_in_its_host_wait():
     ("Megatron-LM (commit 23e00ed) + TransformerEngine 2.11.0", True, 1.0),
     ("NeMo (MLPerf v3.1 submission, NGC 23.09)", None, None),  # Apex's distributed Adam, not this optimizer
     ("Megatron-Bridge", None, None),                           # read at no commit here: not counted
+    ("Megatron-LM v0.5", None, None),           # another version (Apex FusedAdam, no TE): not read, not counted
+    ("Megatron-LM", None, None),                # no version: not the commit read (review17 F7)
 ])
 def test_which_launchers_set_the_switches(framework, loops, p2p):
     spec = resolve(ExecutionSpec(framework=framework, stack="megatron-core"), pp=2, layers=12)
