@@ -156,23 +156,20 @@ def where_mask(ds: xr.Dataset, expressions: list[str]) -> xr.DataArray:
 
 def _keeps_none(ds: xr.Dataset, each: list) -> str:
     """Why filters keep no point: the ones that alone keep none (a bare number compared with a variable in seconds
-    or bytes is read in that unit: ``memory_per_device<80`` is 80 bytes, say so), else that only together they
-    keep none. ``best --where memory_per_device<80`` said "no configuration passes the filters" and no more, and
-    ``plot pareto`` "no point has finite step_time and memory_per_device"."""
+    or bytes is read in that unit: ``memory_per_device<80`` is 80 bytes, say so where plausible,
+    ``where_units.slip_hint``), else that only together they keep none. ``best --where memory_per_device<80`` said
+    "no configuration passes the filters" and no more, and ``plot pareto`` "no point has finite step_time and
+    memory_per_device"."""
     empty = [expression for expression, cond in each if not bool(cond.any())]
     if not empty:
         return f"each keeps some points, but no point passes all of {', '.join(e for e, _ in each)}"
+    from fastmodel.analysis.where_units import meant_unit, slip_hint
+
     said = []
     for expression in empty:
         negate, name, op, text = _EXPR.match(expression).groups()
-        units = ds[name].attrs.get("units") if op is not None else None
-        try:
-            bare = units in _UNIT_KINDS and float(text) == float(text)
-        except ValueError:
-            bare = False
-        unit, example = {"s": ("seconds", "ms"), "bytes": ("bytes", "GiB")}.get(units, ("", ""))
-        said.append(f"{expression} keeps none" + (f" ({name} is in {unit}, so a bare {text} is {text} {unit}; "
-                                                   f"give a unit, e.g. {text}{example})" if bare else ""))
+        hint = slip_hint(ds[name], op, text) if name in ds else None
+        said.append(f"{expression} keeps none" + (f" ({hint} {text}{meant_unit(ds[name])})" if hint else ""))
     return "; ".join(said)
 
 

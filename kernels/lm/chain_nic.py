@@ -3,9 +3,11 @@
 
 Under the interleaved schedule with per-chunk data-parallel collectives (``dp_window.per_chunk_collectives``,
 §11.28) Megatron-Core launches chunk ``c + 1``'s parameter all-gather at forward index ``c p - r`` on rank ``r``
-and chunk ``c``'s gradient reduction after backward index ``last(c) + r``, "at the same time across the
-pipeline-parallel group" (NVIDIA/Megatron-LM df72712 ``schedules.py`` lines 558-563 and 622-627, the v3.1
-MLPerf image; 3c0f3ef lines 605-615 and 674-682, v4.0). Those are the cycles in which the warm-up's and the
+for ``1 < c + 1 < v`` and chunk ``c``'s gradient reduction after backward index ``last(c) + r``, "at the same time
+across the pipeline-parallel group" (NVIDIA/Megatron-LM df72712 ``schedules.py`` lines 558-563 and 622-627, the
+v3.1 MLPerf image; 3c0f3ef lines 605-615 and 674-682, v4.0). Cycle 0: chunk 1's gather is launched before the
+first forward (df72712 lines 511-513, queued behind chunk 0's), approximated by the same offsets (its true
+offsets, ``(1 + r) f + r s``, are smaller: a slight undercount; review17 F3). Those are the cycles in which the warm-up's and the
 cool-down's chain sends (``pipeline.pipeline_p2p``: ``2 (p v - 1)`` sends on the critical path) cross the
 nodes. Each device has one NIC (tier 1 of ``kernels/nccl.py``) and a data-parallel ring across domains runs
 every member's NIC at its rate when ``g_in inter_bw inter_eff`` is the bus bandwidth; a chain send of
@@ -20,6 +22,13 @@ one chunk and micro-batch, ``s`` one send; derivation in §11.65):
 
     forward  (all-gather of chunk c + 1, cycles c = 0 .. v - 2):  f, then (1 + r) f + p s for r = 1 .. p - 1
     backward (reduction of chunk c):   0 in v - 1 cycles, and k b + p s for k = 1 .. p - 1 in v - 2 cycles
+
+``rho`` is a chunk's ``per_stage / v`` layers' dense parameters: the first and last chunks' embedding and head
+parameters and the expert parameters (reduced over the expert-data-parallel group, on the NIC too) are left out,
+so ``rho`` is low on those chunks (review17 F11). The step adds the delay after ``host_step.embedding_send_overlap``
+took the sends hidden in the first rank's embedding wait off: a hidden send's delay is still charged, an overcount
+of at most ``min(delay, (p - 1) e_F - p s)`` where ``(p - 1) e_F > p s``; none on the MLPerf v3.1 rows
+(7 x 0.332 < 8 x 0.306 ms; review17 F12).
 """
 
 from fastmodel.kernels.jit import njit

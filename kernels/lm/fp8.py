@@ -25,7 +25,7 @@ What each Transformer Engine recipe (TE d0067d0, 2.20.0.dev0) costs beyond the F
 
 from fastmodel.kernels.columns import (
     C_COLLECTIVE_OVERHEAD_S, C_COMPUTE_CAPABILITY, C_FP8_PARAMS, C_FP8_RECIPE, C_FP8_WEIGHT_TRANSPOSE_PER_USE,
-    C_PRECISION, C_TP,
+    C_PP, C_PRECISION, C_TP,
     FP8_BLOCKWISE, FP8_DELAYED,
     FP8_MXFP8, FP8_TENSORWISE, FP8_UNSTATED, PRECISION_FP4, PRECISION_FP8, C_VENDOR, VENDOR_AMD,
 )
@@ -123,8 +123,21 @@ def fp8_weight_step_bytes(row):
 @njit
 def fp8_weight_step_s(row, params):
     """Seconds of the once-a-step FP8 preparation of ``params`` weight elements (:func:`fp8_weight_step_bytes`), on
-    the compute stream in the step's first forward of each chunk."""
+    the compute stream in the step's first forward of each chunk; the other ranks' on the pipeline's chain:
+    :func:`fp8_weight_chain_s`."""
     return memory_bound_time(row, fp8_weight_step_bytes(row) * params)
+
+
+@njit
+def fp8_weight_chain_s(row, params):
+    """Seconds the other ``p - 1`` ranks' once-a-step FP8 preparation adds to the pipeline's critical path
+    (docs/model.md §11.65 C): each rank prepares a chunk's weights in that chunk's first micro-batch forward
+    (TE 09ba842 ``module/linear.py`` line 92), which is micro-batch 0's, on the chain through every rank. Rank 0
+    forwards a chunk's group of ``p`` micro-batches (one of them casting) while micro-batch 0 crosses the ``p``
+    ranks (each casting), so it waits ``(p - 1)`` chunk casts more per chunk cycle (the last cycle's on the way
+    to its first backward; 1F1B alike, v = 1): ``(p - 1) fp8_weight_step_s`` over the rank's ``params``. The
+    rank's own casts are its work (:func:`fp8_weight_step_s`, with the optimizer's time)."""
+    return (row[C_PP] - 1.0) * fp8_weight_step_s(row, params)
 
 
 @njit

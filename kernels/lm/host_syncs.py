@@ -20,8 +20,10 @@ from fastmodel.kernels.lm.moe import expert_dp
 from fastmodel.kernels.lm.optimizer_step import optimizer_bytes_per_param
 from fastmodel.kernels.roofline import memory_bound_time
 
-#: host seconds of a no-grad tensor call that launches a CUDA kernel: 8 µs per ``add`` of 512 x 512 submitted back
-#: to back without autograd on an A100 host (flagos-ai/Torch-FL PR #27, "cuda_sub", PyTorch's own CUDA path) [F]
+#: host seconds of a no-grad tensor call that launches a CUDA kernel [A]: 8 µs per ``add`` of 512 x 512 submitted
+#: back to back without autograd on an A100 host, as flagos-ai/Torch-FL PR #27 ("cuda_sub") was cited, a fork's PR the
+#: search tools could not find again (review17 F8); a checkable floor: pytorch/pytorch #122029 (jansel, 2024-03-16),
+#: overheads.py's eager call 4.6 µs without autograd and without a CUDA launch. Sensitivity 5 / 20 µs (§11.64)
 HOST_LAUNCH_S = 8e-6
 #: host seconds of a no-grad tensor call that launches nothing (``detach``, ``view``, a slice, ``.data``): about
 #: 2 µs for a 1-element ``x * x`` without autograd, half of it Python's argument parsing (pytorch/pytorch issue
@@ -34,7 +36,9 @@ HOST_PY_TENSOR_S = 1e-6
 #: tensor calls per parameter tensor in the optimizer step's loops after the gradient norm's ``.item()``
 #: (Megatron-LM 23e00ed megatron/core/optimizer/clip_grads.py line 133): the clip's list, a ``detach`` each
 #: (clip_grads.py 159-169); TE FusedAdam's lists, ``p.data`` and ``p_grad.data`` of an FP32 main shard
-#: (TransformerEngine v2.11 optimizers/fused_adam.py 538-597); the copy of each main shard into the parameter buffer,
+#: (TransformerEngine v2.11 optimizers/fused_adam.py 538-597; its third ``.data`` a tensor, ``p_grad.data.is_sparse``
+#: at line 556, and the ``get_unscaled_state`` calls are not counted: inside the [A] ``HOST_PY_TENSOR_S``, review17 F9);
+#: the copy of each main shard into the parameter buffer,
 #: ``view(-1)``, a slice and ``.data`` beside one ``copy_`` launch (distrib_optimizer.py 2127-2147)
 CLIP_VIEWS = 1.0
 ADAM_LIST_VIEWS = 2.0
@@ -133,13 +137,17 @@ def optimizer_host_s(row, holds_last, local_params):
 
 
 @njit
-def host_sync_s(row, micro_batches, last_busiest):
+def host_sync_s(row, micro_batches, last_busiest, host_bound):
     """GPU idle seconds per step after Megatron-Core's blocking syncs in the pipeline and the loss (docs/model.md
     §11.64): the exchanges' ``synchronize()`` (``p2p_host_sync`` 1 at vp 1, 2 at any vp: batched p2p, arguments.py
-    548 and 1165), ``m v + 2 p v - 3`` on the critical path through an end rank (``p v - 1`` forward and as many
+    548, 1165, 2348-2350), ``m v + 2 p v - 3`` on the critical path through an end rank (``p v - 1`` forward and as many
     backward crossings of the chunk chain, the busiest end rank's other ``m v - 1`` receives; 1F1B's ``m + 2p - 3``);
     the loss checks of every micro-batch where the last rank is the busiest (or pp 1), and the buckets' checks
-    once, with ``step_grad_check`` (the same ``--check-for-nan-in-loss-and-grad``)."""
+    once, with ``step_grad_check`` (the same ``--check-for-nan-in-loss-and-grad``). 0 on a ``host_bound`` stage
+    (``host_step.host_wait_per_microbatch`` > 0): its GPU already waits for every launch, so the issue after a sync
+    is inside max(GPU, host) (review17 F6)."""
+    if host_bound:
+        return 0.0
     wait = 0.0
     p = row[C_PP]
     v = row[C_VP]

@@ -15,10 +15,10 @@ three parts:
     step      = m x t_mb + bubble + exposed FSDP + exposed PP + exposed DP + optimizer + overhead    (§11.7)
                 + m x layers x exposed offload copies per layer                                    (§11.21)
 
-where m = global_batch / (micro_batch x dp) micro-batches per step, and the bubble, the exposed sends and
-the model copies per rank come from the pipeline schedule (``kernels/lm/pipeline.py``). Every communication
-term is a collective of ``kernels.nccl`` on its own process group and stream; "exposed" is the part not
-hidden behind the compute it overlaps with (``kernels/lm/parallel.py``).
+where m = global_batch / (micro_batch x dp) micro-batches per step, and the bubble, the exposed sends and the model
+copies per rank come from the pipeline schedule (``kernels/lm/pipeline.py``). Every communication term is a
+collective of ``kernels.nccl`` on its own process group and stream; "exposed" is the part not hidden behind the
+compute it overlaps with (``kernels/lm/parallel.py``).
 """
 
 import numpy as np
@@ -66,7 +66,7 @@ from fastmodel.kernels.lm.passes import (
 )
 from fastmodel.kernels.lm.host_step import embedding_send_overlap, eval_time, host_bound_bubble, host_wait_per_microbatch
 from fastmodel.kernels.lm.chain_nic import chain_sends_nic_shared
-from fastmodel.kernels.lm.fp8 import fp8_weight_step_s
+from fastmodel.kernels.lm.fp8 import fp8_weight_chain_s, fp8_weight_step_s
 from fastmodel.kernels.lm.host_syncs import host_sync_s, optimizer_host_s
 from fastmodel.kernels.lm.pipeline import model_copies, pipeline_drain, pipeline_p2p
 from fastmodel.kernels.nccl import allreduce_time
@@ -74,16 +74,16 @@ from fastmodel.kernels.roofline import memory_bound_time
 
 
 def busiest_stage(row, work):
-    """(t_mb, t_avg, F_avg, W_avg, layers, head share, n16, d16, emb): one micro-batch on the busiest stage and on
-    the average stage, the average stage's forward and weight-gradient passes (what the pipeline schedule's bubble
-    reads), the busiest rank's layers and share of the LM head (1: the last rank; 0: a middle or the first rank,
+    """(t_mb, t_avg, F_avg, W_avg, layers, head share, n16, d16, emb): one micro-batch on the busiest stage and on the
+    average stage, the average stage's forward and weight-gradient passes (what the pipeline schedule's bubble reads),
+    the busiest rank's layers and share of the LM head (1: the last rank; 0: a middle or the first rank,
     :func:`last_rank_layers`), the BF16 layers it holds with one's accumulators beyond its kind's
     (``bf16_layers.bf16_layer_work``, §11.39) and its seconds of the word embedding's TP collectives and dense
     gradient a micro-batch at pp > 1 (``first_rank.embedding_ends``, §11.44). Leaves the busiest rank's layer
     accumulators in ``work[A_*]`` and the head's parameters and FLOPs in ``work[W_*]``. ``d16`` is a new vector
-    (:func:`busiest_stage_into`). Called from Python (the timeline, the pipeline report): a plain function, so it
-    runs the compiled ``busiest_stage_into`` and ``embedding_terms`` at the types ``step_row`` compiles them at
-    instead of one more compile of the whole step (~1 s cold)."""
+    (:func:`busiest_stage_into`). Called from Python (timeline, pipeline report): a plain function, so it runs the
+    compiled ``busiest_stage_into`` and ``embedding_terms`` at the types ``step_row`` compiles them at not one more
+    compile of the step (~1 s cold)."""
     t_mb, t_avg, f_avg, w_avg, layers, share, n16, d16, emb, _ = busiest_stage_into(
         row, work, np.empty(N_WORK), np.empty(N_WORK), np.empty(N_WORK), embedding_terms(row))
     return t_mb, t_avg, f_avg, w_avg, layers, share, n16, d16, emb
@@ -400,19 +400,19 @@ def step_row(row, work, out):
     head_tp = share * (work[W_TP] + TP_BACKWARD_PASSES * work[W_TP_BACKWARD])    # §11.42: the re-gathers backward
     head_tp_left = head_tp - share * TP_BACKWARD_PASSES * work[W_TP_HIDDEN]
     last_mb = stage_mb if share > 0.0 else average_mb
-    bubble = host_bound_bubble(row, average_mb, forward, weight, last_mb, terms)
+    bubble = host_bound_bubble(row, average_mb, forward, weight, last_mb, terms) \
+        + fp8_weight_chain_s(row, per_stage * work[A_PARAMS])     # the other ranks' casts on mb 0's chain (§11.65 C)
     pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
     pp_exposed -= embedding_send_overlap(row, average_mb, last_mb, pp_exposed, terms)
     pp_exposed += chain_sends_nic_shared(row, work, per_stage)     # the chain sends beside the DP chunks' (§11.65)
     outside = _data_parallel_ranks(row, work, work[W_PARAMS], micro_batches, stage_mb, out)
     # per-layer FSDP runs without a pipeline only (passes.per_layer_fsdp), so never under an explicit layout
     fsdp_exposed = _fsdp_step(row, work, micro_batches, layers_per_stage(row), out)
-    host_wait = micro_batches * host_wait_per_microbatch(row, per_stage, stage_mb) \
-        + host_sync_s(row, micro_batches, share > 0.0)      # Megatron-Core's blocking syncs (§11.64)
+    host_wait = micro_batches * host_wait_per_microbatch(row, per_stage, stage_mb)
+    host_wait += host_sync_s(row, micro_batches, share > 0.0, host_wait > 0.0)     # Megatron-Core's syncs (§11.64)
     evaluation = eval_time(row, forward, micro_batches)      # the run's interleaved evaluation, per step (§11.17.1)
     step = micro_batches * stage_mb + host_wait + bubble + fsdp_exposed + pp_exposed + outside \
         + row[C_STEP_OVERHEAD_S] + offload + evaluation
-
     full, _ = recompute_share(row)
     flops = work[A_FLOPS]
     executed = micro_batches * (per_stage * (3.0 * flops + full * flops) + head_flops / p    # MTP layers: their own

@@ -32,9 +32,11 @@ def test_a_bare_number_on_a_variable_in_bytes_that_keeps_nothing_says_its_unit(r
                    "error: no configuration passes the filters: memory_per_device<80 keeps none (memory_per_device "
                    "is in bytes, so a bare 80 is 80 bytes; give a unit, e.g. 80GiB)")
     assert cli("best", path, "--by", "step_time", "--where", "memory_per_device<80GB").exit_code == 0
-    with pytest.raises(SweepError, match=r"step_time<2 keeps none \(step_time is in seconds, so a bare 2 is 2 "
-                                         r"seconds; give a unit, e.g. 2ms\)$"):
-        where_mask(ds, ["step_time<2"])
+    with pytest.raises(SweepError, match=r"step_time>4000 keeps none \(step_time is in seconds, so a bare 4000 is "
+                                         r"4000 seconds; give a unit, e.g. 4000ms\)$"):
+        where_mask(ds, ["step_time>4000"])     # 4000 ms keeps the 5 s point
+    with pytest.raises(SweepError, match=r"passes the filters: step_time<2 keeps none$"):
+        where_mask(ds, ["step_time<2"])        # 2 ms keeps none too: no unit hint (review17 F4)
     with pytest.raises(SweepError, match=r"passes the filters: step_time<2s keeps none$"):
         where_mask(ds, ["step_time<2s"])       # a number with its unit: nothing to add
     with pytest.raises(SweepError, match=r"each keeps some points, but no point passes all of num_nodes=1, "

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fastmodel.kernels.lm.fp8 import fp8_weight_step_bytes, fp8_weight_step_s
+from fastmodel.kernels.lm.fp8 import fp8_weight_chain_s, fp8_weight_step_bytes, fp8_weight_step_s
 from fastmodel.lm.calibrate.overlay import overlay_columns
 from fastmodel.lm.records import read_records
 from fastmodel.lm.table import row
@@ -42,3 +42,37 @@ def test_the_mlperf_v31_rank_by_hand():
     assert 1e3 * seconds == pytest.approx(6.08, abs=0.01)
     # the v4.0 records gather FP8 parameters under an unstated recipe: no second form, no pass
     assert fp8_weight_step_s(overlay_columns(col, {"fp8_params": 1}), params) == 0.0
+
+
+def test_the_other_ranks_casts_on_the_chain_by_hand():
+    # 1F1B, p = 2, m = 2, t_f = 1, t_b = 2 (tests/lm/test_pipeline_program.py's trace), each stage's first forward
+    # (micro-batch 0) longer by its cast C: S0.F0 0-(1+C); S1.F0 (1+C)-(2+2C); S1.B0 -(4+2C); S0.F1 (1+C)-(2+C);
+    # S0.B0 (4+2C)-(6+2C); S1.F1 -(5+2C); S1.B1 -(7+2C); S0.B1 (7+2C)-(9+2C). Makespan 9 + 2C: stage 0 computes
+    # 6 + C (its own cast) and waits 3 + C, the other rank's cast on micro-batch 0's chain: (p - 1) C more bubble.
+    # Interleaved (v chunks): rank 0 forwards a chunk's p micro-batches in p f + C while micro-batch 0 crosses the
+    # p ranks in p (f + C) + p s, so (p - 1) C more a cycle, v cycles of a chunk's cast: (p - 1) x the rank's.
+    col = row(**dict(H100, pp=2, layers=8, dp=4))
+    params = 8 / 2 * 12 * 1024.0 ** 2
+    cast = 3.0 * params / (col[C["hbm_bw"]] * col[C["hbm_eff"]] * col[C["stack_compute_eff"]])
+    assert fp8_weight_chain_s(col, params) == pytest.approx(cast, rel=1e-12)       # (2 - 1) C
+    assert fp8_weight_chain_s(row(**H100), params) == 0.0                           # no pipeline: its own cast only
+    # MLPerf v3.1 n1344, p 8: the 6.09 ms of the rank's casts (above) and 7 x 6.09 = 42.6 ms on the chain
+    record = next(r for r in read_records(Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl")
+                  if r.id == "mlperf-v31-gpt3-175b-nvidia-n1344")
+    v31 = 12 * 12 * 12288.0 ** 2 / 4
+    assert 1e3 * fp8_weight_chain_s(record.columns, v31) == pytest.approx(7 * 6.085, abs=0.05)
+
+
+def test_the_step_bubble_carries_the_chain_casts():
+    """A pp = 2 FP8 step under an unstated recipe against the same step with FP8 parameters (one form kept, no
+    preparation): the bubble differs by the other rank's cast, (2 - 1) x 3 B x the rank's 4 layers' GEMM weights
+    (4 h^2 attention + 3 h x 4h gated MLP, the table's default: 16 h^2 a layer; norms, < 1e-3 of them, left out)
+    through HBM, and the optimizer's time by the rank's own cast."""
+    from tests import suite_fixtures
+
+    shape = dict(H100, pp=2, dp=4, global_batch=16)
+    col = row(**shape)
+    cast = 3.0 * 4 * 16 * 1024.0 ** 2 / (col[C["hbm_bw"]] * col[C["hbm_eff"]] * col[C["stack_compute_eff"]])
+    cast16, prepared = suite_fixtures.one(**shape), suite_fixtures.one(**shape, fp8_params=1)
+    assert cast16["pipeline_bubble"] - prepared["pipeline_bubble"] == pytest.approx(cast, rel=1e-3)
+    assert cast16["time_optimizer"] - prepared["time_optimizer"] == pytest.approx(cast, rel=1e-3)

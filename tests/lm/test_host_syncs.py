@@ -86,17 +86,19 @@ def test_the_syncs_idle_by_hand():
     p2p = (4 + 2 * 2 - 3) * 8             # m + 2p - 3 exchanges on the critical path, one launch each (µs)
     loss = 4 * (8 * 8 + 4 * 2)            # per micro-batch: isinf; sum, 2 clones, to, cat, 2 divisions; 4 views
     buckets = 2 * 2 * 8                   # dense and expert buffers: isinf, then the next norm or the scaling
-    assert hs.host_sync_s(row, 4.0, True) == pytest.approx((p2p + loss + buckets) * US, rel=1e-12)
-    assert hs.host_sync_s(row, 4.0, False) == pytest.approx((p2p + buckets) * US, rel=1e-12)
+    assert hs.host_sync_s(row, 4.0, True, False) == pytest.approx((p2p + loss + buckets) * US, rel=1e-12)
+    assert hs.host_sync_s(row, 4.0, False, False) == pytest.approx((p2p + buckets) * US, rel=1e-12)
     llama = _row(LLAMA_PP1)                # pp 1: no exchange, the loss on the only rank, one buffer
-    assert hs.host_sync_s(llama, 4.0, False) == pytest.approx((4 * 72 + 16) * US, rel=1e-12)
+    assert hs.host_sync_s(llama, 4.0, False, False) == pytest.approx((4 * 72 + 16) * US, rel=1e-12)
     # interleaved, the record stating --no-overlap-p2p-communication (p2p_host_sync 2): m v + 2 p v - 3 exchanges
     interleaved = _row("llama3_70b_l8_tp1_pp4_vp2_dp2_mbc8_sync")
     assert interleaved[C["p2p_host_sync"]] == 2.0
     exchanges = (8 * 2 + 2 * 4 * 2 - 3) * 8
-    assert hs.host_sync_s(interleaved, 8.0, True) == pytest.approx((exchanges + 8 * 72 + 16) * US, rel=1e-12)
+    assert hs.host_sync_s(interleaved, 8.0, True, False) == pytest.approx((exchanges + 8 * 72 + 16) * US, rel=1e-12)
     interleaved[C["p2p_host_sync"]] = 1.0        # the launcher's default: p2p overlapped under interleaving
-    assert hs.host_sync_s(interleaved, 8.0, True) == pytest.approx((8 * 72 + 16) * US, rel=1e-12)
+    assert hs.host_sync_s(interleaved, 8.0, True, False) == pytest.approx((8 * 72 + 16) * US, rel=1e-12)
+    # a host-bound stage: the GPU waits for every launch already, the issue after a sync is in max(GPU, host)
+    assert hs.host_sync_s(row, 4.0, True, True) == 0.0 == hs.host_sync_s(interleaved, 8.0, True, True)
 
 
 def test_the_step_carries_the_syncs_in_its_host_wait():
@@ -113,6 +115,8 @@ def test_the_step_carries_the_syncs_in_its_host_wait():
     ("Megatron-LM (commit 23e00ed) + TransformerEngine 2.11.0", True, 1.0),
     ("NeMo (MLPerf v3.1 submission, NGC 23.09)", None, None),  # Apex's distributed Adam, not this optimizer
     ("Megatron-Bridge", None, None),                           # read at no commit here: not counted
+    ("Megatron-LM v0.5", None, None),           # another version (Apex FusedAdam, no TE): not read, not counted
+    ("Megatron-LM", None, None),                # no version: not the commit read (review17 F7)
 ])
 def test_which_launchers_set_the_switches(framework, loops, p2p):
     spec = resolve(ExecutionSpec(framework=framework, stack="megatron-core"), pp=2, layers=12)

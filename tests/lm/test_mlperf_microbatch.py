@@ -118,8 +118,9 @@ def test_the_sourced_upper_bounds_now_cover_the_residual(v31):
     # it stated the FlashAttention-2 kernels TE 09ba842 ran (11.60: +66.4 us a layer, 0.80 ms a micro-batch), 9.20
     # before it stated TE's QKV copies around them (11.60: +56.4 us a layer, 0.68 ms a micro-batch), 8.52 before
     # the chain sends shared the NIC with the per-chunk DP collectives (11.65: +18.5 ms a step, 0.14 ms here), 8.38
-    # before the weights' FP8 re-cast once a step (11.65 C: +6.1 ms a step)
-    assert 1e3 * residual == pytest.approx(8.33, abs=0.1)
+    # before the weights' FP8 re-cast once a step (11.65 C: +6.1 ms a step), 8.33 before the other ranks' casts on
+    # micro-batch 0's chain (11.65 C, review17 F1: +42.6 ms a step)
+    assert 1e3 * residual == pytest.approx(7.99, abs=0.1)
     layers = col[C["layers"]] / col[C["pp"]]
     # TE delayed-scaling bookkeeping: 3 modules x 2 directions x ~6 launch-bound kernels a layer, kernel_overhead_s
     amax = layers * 3 * 2 * 6 * col[C["kernel_overhead_s"]]

@@ -48,21 +48,25 @@ OPTIMIZER_STEP_PASSES = {"step_grad_passes": 1.0, "step_master_copy": True, "ste
 #: distributed optimizer, --clip-grad 1.0 by default: the norm's .item() then per-tensor host loops) and, without
 #: virtual stages, batched exchanges each ended by torch.cuda.synchronize() (docs/model.md §11.64)
 HOST_SYNCS = {"step_host_loops": True, "p2p_host_sync": 1.0}
+#: the commit HOST_SYNCS were read at (with TransformerEngine v2.11, c188b533): set only for a framework text naming
+#: it (review17 F7). Megatron-LM of another version (e.g. v0.5 under Apex's FusedAdam, no TE) or no version stated:
+#: not set -- its optimizer's loops and its exchanges' syncs were not read (docs/model.md §11.64 "Which stacks")
+HOST_SYNCS_COMMIT = "23e00ed"
 
 
 def launcher_defaults(framework: str | None) -> dict:
     """The switches of the launcher the framework text names: Megatron-LM's own arguments and training loop when
     it names ``megatron-lm`` and no recipe launcher -- overlap switches off, the unfused cross-entropy
     (``--cross-entropy-loss-fusion`` is a ``store_true`` flag, off unless passed) and the optimizer step's passes
-    of its ``train_step`` and Megatron-Core optimizer (``OPTIMIZER_STEP_PASSES``), and its host syncs
-    (``HOST_SYNCS``) -- else nothing (the registry's:
+    of its ``train_step`` and Megatron-Core optimizer (``OPTIMIZER_STEP_PASSES``), and, at the commit they were
+    read at (``HOST_SYNCS_COMMIT``), its host syncs (``HOST_SYNCS``) -- else nothing (the registry's:
     overlap on, the generic loss count, no passes counted: recipe launchers run their own training loop and may
     configure another optimizer, e.g. NeMo 1.x's ``distributed_fused_adam`` from Apex, not counted here)."""
     text = tokens(framework or "")
     if names_in(text, "megatron-lm") and not names_in(text, RECIPE_LAUNCHERS):
         return {"overlap_grad_reduce": False, "overlap_param_gather": False,
                 "loss_traffic_bytes_per_logit": LOSS_BYTES_UNFUSED_CE, **OPTIMIZER_STEP_PASSES,
-                "embedding_dense_grad": True, **HOST_SYNCS}
+                "embedding_dense_grad": True, **(HOST_SYNCS if names_in(text, HOST_SYNCS_COMMIT) else {})}
     return {}
 
 
