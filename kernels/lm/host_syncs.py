@@ -62,6 +62,12 @@ BUCKET_CHECK_LAUNCHES = 2.0
 
 
 @njit
+def norm_tensors(row):
+    """Parameter tensors of one norm: an RMSNorm's weight (1), a LayerNorm's weight and bias (2)."""
+    return 1.0 if row[C_RMS_NORM] > 0.0 else 2.0
+
+
+@njit
 def layer_tensors(row, moe):
     """(dense, expert) parameter tensors of one transformer layer under Megatron-Core's TE layer specs: norms (a
     LayerNorm's bias a second tensor) and linear weights, no linear biases (``--disable-bias-linear``) [A].
@@ -70,7 +76,7 @@ def layer_tensors(row, moe):
     the norm fused into fc1, fc1, fc2 (3). MoE: its norm, the router, the shared experts' fc1 and fc2, and fc1 and fc2
     of each local expert (TE ``GroupedLinear`` registers one ``weight{i}`` per expert, module/grouped_linear.py
     670-671; SequentialMLP one MLP per expert)."""
-    ln = 1.0 if row[C_RMS_NORM] > 0.0 else 2.0
+    ln = norm_tensors(row)
     if row[C_KV_LORA_RANK] > 0.0:
         attention = (3.0 * ln + 5.0) if row[C_Q_LORA_RANK] > 0.0 else (2.0 * ln + 4.0)
     else:
@@ -93,7 +99,7 @@ def rank_tensors(row, stage):
     d_moe, e_moe = layer_tensors(row, True)
     n_dense = dense * d_dense + moe * d_moe
     n_expert = moe * e_moe
-    ln = 1.0 if row[C_RMS_NORM] > 0.0 else 2.0
+    ln = norm_tensors(row)
     if mtp > 0.0:
         d_mtp, e_mtp = (d_moe, e_moe) if is_moe(row) else (d_dense, 0.0)
         n_dense += mtp * (d_mtp + 3.0 * ln + 1.0) + 1.0
