@@ -32,6 +32,8 @@ FRAMEWORKS = [
     ("Megatron-LM (commit 23e00ed) + TransformerEngine 2.11.0, NGC PyTorch 26.01 family (SimuMax B200 release "
      "v1.2 real runs)", "megatron-core"),
     ("DeepSpeed ZeRO-3", "deepspeed"),
+    # GPT-NeoX names DeepSpeed, its engine, and Megatron, its model code's origin: GPT-NeoX wins (§11.66)
+    ("GPT-NeoX (Megatron + DeepSpeed ZeRO-1), 2022-23, fp16", "gpt-neox"),
     # the 2021-22 papers' texts as their source CSVs give them; the records name stack megatron-2021 explicitly
     ("Megatron-LM (PTD-P)", "megatron-core"),
     ("Megatron-LM PTD-P", "megatron-core"),

@@ -1,7 +1,8 @@
 """Framework stack profiles (docs/model.md §11.8): which software ran, and the execution defaults it sets.
 
 One module per profile: ``megatron_core`` (Megatron-Core / NeMo), ``megatron_2021`` (Megatron 2021-22 /
-Megatron-DeepSpeed), ``deepspeed`` (DeepSpeed ZeRO), ``pytorch_fsdp`` (FSDP1, 1.x and 2.x), ``torchtitan``
+Megatron-DeepSpeed), ``gpt_neox`` (EleutherAI GPT-NeoX: Megatron 2021 model code on DeepSpeed),
+``deepspeed`` (DeepSpeed ZeRO), ``pytorch_fsdp`` (FSDP1, 1.x and 2.x), ``torchtitan``
 (TorchTitan / FSDP2), ``kempnerforge`` (KempnerForge: FSDP2, a BF16 model), ``composer`` (Composer / llm-foundry
 on FSDP1), ``accelerate`` (Hugging Face Accelerate's FSDP plugin), ``fms_fsdp`` (IBM fms-fsdp on FSDP1),
 ``maxtext`` (MaxText on JAX/XLA), ``meta`` (Meta
@@ -21,6 +22,7 @@ from fastmodel.lm.stacks import (
     deepspeed,
     default,
     fms_fsdp,
+    gpt_neox,
     kempnerforge,
     maxtext,
     megatron_2021,
@@ -35,7 +37,7 @@ from fastmodel.lm.stacks.base import StackProfile, tokens
 PROFILES: tuple[StackProfile, ...] = (
     megatron_2021.PROFILE, kempnerforge.PROFILE, torchtitan.PROFILE, composer.PROFILE, accelerate.PROFILE, fms_fsdp.PROFILE,
     pytorch_fsdp.PROFILE,
-    deepspeed.PROFILE, meta.PROFILE, megatron_core.PROFILE, maxtext.PROFILE, default.PROFILE,
+    gpt_neox.PROFILE, deepspeed.PROFILE, meta.PROFILE, megatron_core.PROFILE, maxtext.PROFILE, default.PROFILE,
 )
 BY_NAME: dict[str, StackProfile] = {profile.name: profile for profile in PROFILES}
 STACK_NAMES: tuple[str, ...] = tuple(BY_NAME)
