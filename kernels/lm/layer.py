@@ -30,7 +30,8 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exp
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
 from fastmodel.kernels.lm.parallel import cp_forward_time
 from fastmodel.kernels.lm.positions import alibi_bias_s, position_table_s, rotary_bytes
-from fastmodel.kernels.lm.moe import dispatch_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_pass_extras, moe_sync_idle_time
+from fastmodel.kernels.lm.moe_dispatch import dispatch_time
+from fastmodel.kernels.lm.moe import einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_pass_extras, moe_sync_idle_time
 from fastmodel.kernels.lm.attn_layout import fa_qkv_prepare_s
 from fastmodel.kernels.lm.recompute import module_recompute_costs
 from fastmodel.kernels.lm.sp_regather import (
@@ -50,7 +51,7 @@ W_PARAMS = 7          # parameters of the layer held per device (before data-par
 W_FLOPS = 8           # executed forward FLOPs of the layer per micro-batch per device
 W_EXPERT_PARAMS = 9   # routed-expert parameters of the layer per device (part of W_PARAMS; reduced over edp)
 W_SHARED = 10         # forward seconds of the shared experts (part of W_GEMM; may hide the dispatch)
-W_EP_REMOTE = 11      # seconds of W_EP's traffic on the scale-out tier (kernels/lm/moe.py dispatch_time)
+W_EP_REMOTE = 11      # seconds of W_EP's traffic on the scale-out tier (kernels/lm/moe_dispatch.py dispatch_time)
 W_AGAIN = 12          # forward seconds the Megatron-Core recompute_modules other than core_attn run again
 W_AGAIN_GEMM = 13     # GEMM part of W_AGAIN
 W_AGAIN_EP = 14       # EP seconds (forward direction) a recomputed MoE layer runs again (kernels/lm/recompute.py)
