@@ -3,7 +3,8 @@
 A value without a unit compared with a variable in seconds or bytes is read in that unit (``best.where_mask``):
 ``tpot<13.8`` is 13.8 s. When such a filter keeps no point, ``best._keeps_none`` says so; when it keeps every
 point, nothing did, and the ranking silently ignored the filter the user meant (13.8 ms). :func:`unit_slips`
-names those, as ``serve --search`` notes a bare ``--tpot 50`` read as 50 s (``cli/serve_search.py``).
+names those; ``serve --search`` notes a bare ``--tpot 50`` read as 50 s (:func:`flag_slip_note`, called by
+``cli/serve_search.py``). A value is bare by one rule for both (:func:`bare_number`).
 
 Both say it only where it is plausible (:func:`slip_hint`): the number, read in the unit a slip likely meant
 (ms for seconds, GiB for bytes), keeps some point and not the same points as read as written. ``step_time<5``
@@ -22,6 +23,25 @@ from fastmodel.analysis.best import _EXPR, _UNIT_KINDS, _compare
 _MEANT = {"s": ("seconds", "ms", 1e-3), "bytes": ("bytes", "GiB", 2.0 ** 30)}
 
 
+def bare_number(text) -> float | None:
+    """The number a filter's or an option's value spells without a unit (``"13.8"``, ``"50"``), else None
+    (``"13.8ms"``, ``"fast"``): the value read in the base unit of what it is compared with (seconds, bytes)."""
+    try:
+        return float(str(text))
+    except ValueError:
+        return None
+
+
+def flag_slip_note(flag: str, text: str, seconds: float, plausible_s: float) -> str | None:
+    """``serve --search``'s note on an SLO option ``flag`` given as the bare number ``text`` (``seconds`` as read)
+    above ``plausible_s``, where milliseconds are likelier meant (``cli/serve_search.SECONDS_PLAUSIBLE``); None for
+    a value with a unit or a plausible one."""
+    if bare_number(text) is None or seconds <= plausible_s:
+        return None
+    return (f"{flag} {text} reads as {seconds:g} s (a number without a unit is seconds); write e.g. "
+            f"{text}{_MEANT['s'][1]} for milliseconds")
+
+
 def slip_hint(values: xr.DataArray, op: str, text: str) -> str | None:
     """``"NAME is in seconds, so a bare T is T seconds; give a unit, e.g."`` (the caller appends its example) when
     ``NAME OP T`` compares a bare nonzero number with a variable in seconds or bytes and reading T in the meant
@@ -29,9 +49,8 @@ def slip_hint(values: xr.DataArray, op: str, text: str) -> str | None:
     units = values.attrs.get("units")
     if units not in _MEANT or op is None:
         return None
-    try:
-        value = float(text)
-    except ValueError:      # carries a unit (13.8ms) or is not a number: read as written
+    value = bare_number(text)
+    if value is None:       # carries a unit (13.8ms) or is not a number: read as written
         return None
     if not np.isfinite(value) or value == 0:
         return None

@@ -25,14 +25,6 @@ SEARCH_FLAGS = {"ttft": "--ttft", "tpot": "--tpot", "gpus": "--gpus", "modes": "
 SECONDS_PLAUSIBLE = {"--ttft": 60.0, "--tpot": 1.0}
 
 
-def _bare_number(value) -> bool:
-    try:
-        float(str(value))
-    except ValueError:
-        return False
-    return True
-
-
 def refuse_one_configuration(kv_precision) -> None:
     """--precision, --kv-precision and the other options of one configuration given with --search: one line."""
     from fastmodel.errors import FastmodelError
@@ -71,6 +63,7 @@ def run_search(model, device, input_len, output_len, ttft, tpot, gpus, precision
     ``within_budget``, ``meets_slo`` and the SLOs as attributes) as netCDF for ``fastmodel plot pareto``. No
     configuration meeting the SLOs is one line (:func:`fastmodel.serve.search.no_match`) and exits NO_MATCH_EXIT
     (1, as grep's no match; bad input is 2), the output still written; no legal point exits 3, as a sweep's."""
+    from fastmodel.analysis.where_units import flag_slip_note
     from fastmodel.cli.sweep import NO_LEGAL_POINT_EXIT, _write_netcdf
     from fastmodel.errors import FastmodelError, SpecError
     from fastmodel.serve.search import format_search, no_match, none_legal, slo_search
@@ -90,9 +83,8 @@ def run_search(model, device, input_len, output_len, ttft, tpot, gpus, precision
             targets.append(parse_quantity(value, "duration"))
         except ValueError as error:
             raise SpecError(None, name, str(error)) from None
-        if _bare_number(value) and targets[-1] > SECONDS_PLAUSIBLE[name]:
-            click.echo(f"note: {name} {value} reads as {targets[-1]:g} s (a number without a unit is seconds); "
-                       f"write e.g. {value}ms for milliseconds", err=True)
+        if note := flag_slip_note(name, value, targets[-1], SECONDS_PLAUSIBLE[name]):   # the --where notes' rule
+            click.echo(f"note: {note}", err=True)
     if output is not None:
         from fastmodel.io.outputs import check_output
 

@@ -113,10 +113,7 @@ def plans(system, num_nodes, model):
     from fastmodel.madmax.families import family_of
     from fastmodel.madmax.parallel.plans import enumerate_plans
     from fastmodel.madmax.parallel.rules import check_plan
-    from fastmodel.spec.other_inputs import refuse_other_input
 
-    if model:       # a record, JSON lines or a sweep file: named as such, not "model.id: unknown field"
-        refuse_other_input(model)
     sys_spec = load_system(system, num_nodes=num_nodes)
     from fastmodel.lm.spec import ClusterSpec
 

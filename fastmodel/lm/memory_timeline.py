@@ -103,7 +103,8 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
         head_gather_buffer_bytes,
         phase_kinds,
     )
-    from fastmodel.kernels.lm.pipeline import chain_length, exact_schedule, microbatches, stage_order, virtual_stage
+    from fastmodel.kernels.lm.pipeline import microbatches
+    from fastmodel.kernels.lm.pipeline_orders import chain_length, exact_schedule, stage_order, virtual_stage
 
     t = _terms(row) if terms is None else terms
     pp = int(row[C["pp"]])

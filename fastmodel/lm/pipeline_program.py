@@ -6,12 +6,12 @@ generic scheduler (``kernels/schedule.py``) can time it exactly and test the clo
 
 - one stream per pipeline stage (stream s = stage s), so ``stages <= layout.MAX_STREAMS``;
 - ops ``F(k, j)`` and ``B(k, j)``: forward and backward of micro-batch j on virtual stage
-  k = chunk x p + position (``kernels/lm/pipeline.virtual_stage``: one chunk per stage unless the schedule is
+  k = chunk x p + position (``kernels/lm/pipeline_orders.virtual_stage``: one chunk per stage unless the schedule is
   interleaved; DualPipe's second direction runs from the last rank to the first); schedules that split the
   backward run ``I(k, j)`` (inputs) and ``W(k, j)`` (weights) instead of ``B(k, j)``;
 - dependencies ``F(k, j)`` after ``F(k - 1, j)``; ``B(k, j)`` (or ``I``) after ``F(k, j)`` and the backward of
   ``(k + 1, j)``; ``W(k, j)`` after ``I(k, j)``; an overlapped pair's forward also after its backward's input;
-- each stage's ops in the order of its schedule (``kernels/lm/pipeline.stage_order``), emitted in a topological
+- each stage's ops in the order of its schedule (``kernels/lm/pipeline_orders.stage_order``), emitted in a topological
   order that keeps every stage's order, so the list scheduler starts an op at the end of the
   stage's previous op or of its dependencies, whichever is later.
 
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fastmodel.kernels.lm.pipeline import SCHEDULES, chain_length, check_shape, stage_order, virtual_stage
+from fastmodel.kernels.lm.pipeline_orders import SCHEDULES, chain_length, check_shape, stage_order, virtual_stage
 from fastmodel.kernels.streams import CAT_ALL2ALL, CAT_GEMM, MAX_STREAMS
 from fastmodel.schedule.program import Program, ProgramBuilder
 

@@ -12,6 +12,9 @@ the serving columns. ``precision`` sets the compute and weight format (bf16/fp16
 fp8; int8/int4 are weight-only with 16-bit compute); ``kv_precision`` the KV cache.
 One load mode: ``batch_size`` (static batch), ``concurrency`` (continuous batching) or
 ``max_throughput=True``.
+
+The engine's other doors live beside it and are re-exported here: one serving record (``api_records.py``:
+``evaluate_record``, ``evaluate_any_record``) and ``fastmodel.sweep``'s plans (``api_plans.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from fastmodel.registry.lm_engine import COLUMN_ALIASES, column_name
 from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
 from fastmodel.registry.validators import column_problem
 from fastmodel.serve import precisions as serve_precisions
+from fastmodel.serve.api_plans import sweep_plan, sweep_plan_from_definition, sweep_plan_from_file  # noqa: F401
+from fastmodel.serve.api_records import evaluate_any_record, evaluate_record  # noqa: F401  (the engine's door)
 from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
 from fastmodel.serve.spec import TRAINING_COLUMNS, given_loads, not_one_load
 from fastmodel.serve.sweep_plan import dataset_attrs  # noqa: F401  (the SLO search's too)
@@ -367,83 +372,3 @@ def axis_block(name: str, values: list, own_kv: bool, profile=None, model_name=N
         column = column_name(name)
         return np.array([COLUMN_INDEX[column]]), np.array([[_number(column, encode(column, v)) for v in values]])
     return np.array([COLUMN_INDEX[k] for k in keys]), np.array([[r[k] for r in rows] for k in keys], dtype=float)
-
-
-
-def evaluate_record(record: dict, source: str | None = None, calibration: Any = None):
-    """One serving record (SERVE_RUNS.md; ``measured`` is not read) as a 0-d ``xarray.Dataset`` of every
-    serving result, with its ``status`` and the lowering's ``notes`` (joined by "; ", as the training engine's
-    ``evaluate_record``); a calibration is a SpecError (it applies to training runs). A disaggregated record
-    (``serve.mode = "disagg"``) is answered through its two worker pools, as ``serve`` and ``batch`` answer it: the
-    results of ``fastmodel.serve.report.disagg_result`` and the attrs ``mode`` and ``limiting_pool`` ("" when
-    the record is not answered)."""
-    import xarray as xr
-
-    import fastmodel
-
-    lowered, state, result, pool = evaluate_any_record(record, source, calibration)
-    attrs = {"id": lowered.id, "status": state, "fastmodel_task": "serve", "notes": "; ".join(lowered.notes),
-             "fastmodel_version": fastmodel.__version__, "fastmodel_engine": "serve"}
-    if pool is not None:
-        from fastmodel.serve.report import disagg_attrs
-
-        data = {name: ((), np.float64(value), disagg_attrs(name)) for name, value in result.items()}
-        return xr.Dataset(data, attrs={**attrs, "mode": "disagg", "limiting_pool": str(pool.get("limiting_pool") or "")})
-    data = {r.name: ((), bool(result[r.name] > 0.5) if r.dtype == "bool" else np.float64(result[r.name]), r.attrs())
-            for r in SERVE_RESULTS}
-    return xr.Dataset(data, attrs=attrs)
-
-
-def evaluate_any_record(record: dict, source: str | None = None, calibration: Any = None):
-    """(the lowered record, its status name, its results by name, its pools' dict or None) of one serving record,
-    aggregated or disaggregated: ``records.lower_any`` then ``disagg.evaluate_records``, the evaluation ``serve
-    RECORDS`` and ``batch`` make, behind :func:`evaluate_record` and ``fastmodel run``
-    (``fastmodel.serve.report.run_record``); a calibration is a SpecError (it applies to training runs)."""
-    from fastmodel.serve.disagg import evaluate_records
-    from fastmodel.serve.records import lower_any
-
-    _refuse_calibration(source, calibration)
-    lowered = lower_any(record, source)
-    state, result, pool = evaluate_records([lowered])[0]
-    return lowered, state, result, pool
-
-
-def _refuse_calibration(source: str | None, calibration: Any) -> None:
-    if calibration is not None:
-        raise SpecError(source, "calibration", "applies to training runs (the real-world training model), not "
-                        "to serving records")
-
-
-def sweep_plan(model: Any, system: Any, task: Any, axes: dict, *, semantics: Any = "default",
-               unit_configs: int | None = None, execution: Any = None, only_fitting: bool = False,
-               calibration: Any = None):
-    """The engine's door for ``fastmodel.sweep`` of a serving task (``kind = "serve"``): the plan of its grid
-    (axes: device, precision, kv_precision, concurrency or any column), run by the shared machinery."""
-    from pathlib import Path
-
-    from fastmodel.semantics import get_semantics
-    from fastmodel.serve.sweep_file import serve_plan, training_only
-
-    for name, value in (("execution", execution), ("calibration", calibration)):
-        if value is not None:
-            raise training_only(None, name)
-    if only_fitting:
-        raise SpecError(None, "only_fitting", "applies to training sweeps; serving sweeps keep fits_memory for "
-                        "every point (filter with fastmodel best)")
-    if not get_semantics(semantics).real_world:
-        raise training_only(None, "semantics")
-    return serve_plan(None, model, system, task, axes, Path.cwd(), unit_configs)
-
-
-def sweep_plan_from_file(source: str, data: dict, base, unit_configs: int | None = None, calibration: Any = None):
-    """The plan of a serving sweep file (``fastmodel.sweeps.file``); errors name the file."""
-    from fastmodel.serve.sweep_file import sweep_plan_from_file as from_file
-
-    return from_file(source, data, base, unit_configs, calibration)
-
-
-def sweep_plan_from_definition(definition: dict):
-    """The plan of a stored definition (a zarr store's ``sweep`` attr: resume, Dask workers)."""
-    from fastmodel.serve.sweep_plan import ServeSweepPlan
-
-    return ServeSweepPlan.from_definition(definition)

@@ -78,13 +78,11 @@ def serving_model(spec: Any, base=None) -> tuple[str, dict[str, float], list[str
 
     from fastmodel import engines
     from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
-    from fastmodel.spec.other_inputs import refuse_other_input
     from fastmodel.sweeps.file import spec_ref
 
     if isinstance(spec, str) and spec.lower() in SERVE_MODELS:
         return spec, serve_model(spec), []
-    spec = spec_ref(spec, Path(base or Path.cwd()))
-    refuse_other_input(spec)
+    spec = spec_ref(spec, Path(base or Path.cwd()))    # a record or JSON lines: the loader names it (other_inputs)
     try:
         name, values = engines.LM.door().model_columns(spec)
     except SpecError as error:

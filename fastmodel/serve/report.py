@@ -155,7 +155,7 @@ def render_disagg(label: str, rec, status: str, r: dict, limiting: str | None) -
 def run_record(data: dict, source: str | None = None, calibration: Any = None) -> RunReport:
     """``fastmodel run`` of one serving record (SERVE_RUNS.md), aggregated or disaggregated (its two worker
     pools, as ``serve RECORDS`` prints it); ``measured`` is not read."""
-    from fastmodel.serve.api import evaluate_any_record
+    from fastmodel.serve.api_records import evaluate_any_record
 
     record, state, result, pool = evaluate_any_record(data, source, calibration)
     label = f"{record.id or source} (serving record; measured values ignored)"

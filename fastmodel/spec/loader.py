@@ -205,6 +205,19 @@ def is_spec_file(spec: Any, kind: str) -> bool:
     return text not in _builtin_names(kind) and Path(text).exists()
 
 
+def _file_data(path: Path, text: str, kind: str) -> dict:
+    """The data of the ``kind`` spec file ``text``; a model file that is another input (JSON lines, a record, a
+    sweep file, a cluster spec) is refused naming what it is (:mod:`fastmodel.spec.other_inputs`), read once."""
+    from fastmodel.spec.other_inputs import refuse_jsonl_model, refuse_other_model
+
+    if kind == "model":
+        refuse_jsonl_model(text)
+    data = _not_empty(read_file(path), text, kind)
+    if kind == "model":
+        refuse_other_model(data, text)
+    return data
+
+
 def resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]:
     """Turn a name, path or dict into (data, source label)."""
     if isinstance(spec, BaseModel) or isinstance(spec, dict):
@@ -217,11 +230,11 @@ def resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]:
         path = Path(text)
         names = _builtin_names(kind)
         if path.suffix in (".toml", ".json") or "/" in text or "\\" in text:
-            return _not_empty(read_file(path), text, kind), text
+            return _file_data(path, text, kind), text
         if text in names:  # a bare name means the built-in, even if a file of that name is here
             return _builtin_data(kind, text), text
         if path.exists():
-            return _not_empty(read_file(path), text, kind), text
+            return _file_data(path, text, kind), text
         other = [k for k in ("model", "system", "task", "sweep") if k != kind and text in _builtin_names(k)]
         hint = f"; {text!r} is a built-in {other[0]}" if other else _device_hint(text, kind) or nearest(text, names)
         raise SpecError(None, kind, f"unknown built-in {kind} {text!r}{hint}; "

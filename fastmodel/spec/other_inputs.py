@@ -1,8 +1,10 @@
 """A file given as a model spec that is another input: one line naming what it is and where it goes.
 
-``serve -m`` and ``plans -m`` read a file through the model loader, which took a record for a spec with unknown
-fields ("model.id: unknown field (did you mean 'hidden'?) [and 17 more problems]") and a ``.jsonl`` file for
-TOML ("invalid TOML: Invalid statement"). ``run -m`` evaluates a record itself (``cli/run._record_in``).
+The model loader (``fastmodel.spec.loader.resolve_source``, kind ``model``) took a record for a spec with unknown
+fields ("model.id: unknown field (did you mean 'hidden'?) [and 17 more problems]") and a ``.jsonl`` file for TOML
+("invalid TOML: Invalid statement"). It asks here before and after it reads a model file, so every path that loads
+a model from a file (``serve -m``, ``plans -m``, ``fastmodel.evaluate``, ``fastmodel.serve.api``) says what the file
+is, reading it once. ``run -m`` evaluates a record itself (``cli/run._record_in``) before any model is loaded.
 """
 
 from __future__ import annotations
@@ -12,23 +14,23 @@ from typing import Any
 
 from fastmodel.errors import SpecError
 
+JSONL_REASON = ("a JSON-lines file (one record per line), not a model spec: serving records go as RECORDS "
+                "('fastmodel serve FILE'), training runs to 'fastmodel validate' or 'batch'")
 
-def refuse_other_input(spec: Any) -> None:
-    """Raise a SpecError (``spec``'s file, field ``model``) when the model ``spec`` is an existing file holding a
-    serving or training run record (SERVE_RUNS.md / RUNS.md), JSON lines, a sweep file or a cluster spec
-    (:func:`fastmodel.spec.detect.misplaced`); anything else is left to the model loader."""
+
+def refuse_jsonl_model(source: str) -> None:
+    """Raise a SpecError (``source``, field ``model``) when the model file ``source`` is an existing ``.jsonl`` file:
+    before the loader reads it as TOML."""
+    if source.endswith(".jsonl") and Path(source).is_file():
+        raise SpecError(source, "model", JSONL_REASON)
+
+
+def refuse_other_model(data: Any, source: str) -> None:
+    """Raise a SpecError (``source``, field ``model``) when the data read from the model file ``source`` is a serving
+    or training run record (SERVE_RUNS.md / RUNS.md), a sweep file or a cluster spec
+    (:func:`fastmodel.spec.detect.misplaced`); anything else is left to the model's validation."""
     from fastmodel.spec import detect
-    from fastmodel.spec.loader import resolve_source
 
-    if not isinstance(spec, (str, Path)) or not Path(spec).is_file():
-        return
-    source = str(spec)
-    if source.endswith(".jsonl"):
-        raise SpecError(source, "model", "a JSON-lines file (one record per line), not a model spec: serving records "
-                        "go as RECORDS ('fastmodel serve FILE'), training runs to 'fastmodel validate' or 'batch'")
-    if not source.endswith((".toml", ".json")):
-        return
-    data = resolve_source(source, "model")[0]      # an unreadable or invalid file: its own one line
     if detect.is_serve_record(data):
         raise SpecError(source, "model", "a serving record (SERVE_RUNS.md), not a model spec: evaluate it as RECORDS "
                         "('fastmodel serve FILE')")

@@ -29,7 +29,8 @@ from fastmodel.kernels.lm.layout import (
     C_CP, C_DP, C_EMBEDDING_FP32_GRADS, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_LEARNED_POSITIONS, C_OVERLAP_PARAM_GATHER,
     C_PP, C_SEQ_LEN, C_SHARDING, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, EMB32_ALLREDUCE, EMB32_SHARDED, SHARD_ZERO1,
 )
-from fastmodel.kernels.lm.memory_states import gradients_bytes, optimizer_bytes_per_param, sharded_params
+from fastmodel.kernels.lm.memory_optimizer import optimizer_bytes_per_param
+from fastmodel.kernels.lm.memory_states import gradients_bytes, sharded_params
 from fastmodel.kernels.lm.dp_window import collectives_per_step
 from fastmodel.kernels.lm.parallel import param_bytes
 from fastmodel.kernels.nccl import allgather_time, allreduce_time

@@ -4,22 +4,23 @@ One transformer layer (dense or MoE, full or sliding-window attention) and the L
 one device: GEMM, attention-kernel and memory-bound seconds, the forward TP/CP/EP collectives, parameters held
 and FLOPs executed, written into a scratch vector of ``N_WORK`` slots (``W_*``); model FLOPs per token and the
 recompute shares. The layer's shape (its GEMM list, parameter counts, expert sharding, element-wise bytes, the
-layer mix) is ``kernels/lm/shape.py``, which serving reads too; ``kernels/lm/passes.py`` turns these costs into
-passes and ``kernels/lm/step.py`` composes the step.
+layer mix) is ``kernels/lm/shape.py``, which serving reads too, and its TP collectives ``kernels/lm/tp_layer.py``;
+``kernels/lm/passes.py`` turns these costs into passes and ``kernels/lm/step.py`` composes the step.
 """
 
 from fastmodel.kernels.lm.fp4 import lowp_cast_bytes, train_gemm_format
-from fastmodel.kernels.lm.fp8 import amax_reduction_time, fp8_transpose_bytes
+from fastmodel.kernels.lm.fp8 import fp8_transpose_bytes
 from fastmodel.kernels.roofline import (
-    attention_backward_base, attention_time, attention_wave, gemm_roofline, gemm_time, gemm_weight_bytes, grouped_gemm_time, memory_bound_time, sp_gather_bytes,
+    attention_backward_base, attention_time, attention_wave, gemm_time, gemm_weight_bytes, grouped_gemm_time,
+    memory_bound_time,
 )
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    C_ATTENTION_CHUNK, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HIDDEN, C_PP,
-    C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
-    C_MOE_SHARED_EXPERT_OVERLAP, C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
-    C_SLIDING_WINDOW, C_SP_WGRAD_REGATHER, C_STACK_COMPUTE_EFF, C_TIED_EMBEDDINGS, C_TP, C_TP_COMM_OVERLAP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
-    RECOMPUTE_SELECTIVE, C_GATED_MLP, C_KV_LORA_RANK, C_Q_LORA_RANK, C_QK_NOPE_HEAD_DIM, C_TP_PER_PROJECTION, C_V_HEAD_DIM,
+    C_ATTENTION_CHUNK, C_CAUSAL, C_CP, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HIDDEN, C_PP, C_LAYERS,
+    C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
+    C_MOE_SHARED_EXPERT_OVERLAP, C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_SEQUENCE_PARALLEL,
+    C_SEQ_LEN, C_SLIDING_WINDOW, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
+    RECOMPUTE_SELECTIVE,
 )
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exported for the layer's callers
     ACT_BYTES, attention_dims, attention_params, attention_params_per_device, chunk_pairs, elementwise_bytes,
@@ -27,15 +28,16 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exp
     embedding_dense_grad_s, wgrad_source_s,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
-from fastmodel.kernels.lm.parallel import cp_forward_time, exposed
+from fastmodel.kernels.lm.parallel import cp_forward_time
 from fastmodel.kernels.lm.positions import alibi_bias_s, position_table_s, rotary_bytes
-from fastmodel.kernels.lm.moe import dispatch_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_pass_extras, moe_sync_idle_time
+from fastmodel.kernels.lm.moe_dispatch import dispatch_time
+from fastmodel.kernels.lm.moe import einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_pass_extras, moe_sync_idle_time
 from fastmodel.kernels.lm.attn_layout import fa_qkv_prepare_s
 from fastmodel.kernels.lm.recompute import module_recompute_costs
 from fastmodel.kernels.lm.sp_regather import (
-    eh_proj_gather_bytes, embedding_tp, head_input_tp, head_tp_backward, mla_down_sp_excess, mla_regathers, mla_sp_gathers,
-    mtp_gemm_format,
+    eh_proj_gather_bytes, embedding_tp, head_input_tp, head_tp_backward, mla_down_sp_excess, mtp_gemm_format,
 )
+from fastmodel.kernels.lm.tp_layer import regather_hidden_time, tp_layer_time  # noqa: F401 - re-exported
 
 # --- per-layer work slots (scratch vector filled by layer_costs) ------------
 W_GEMM = 0            # forward GEMM seconds of one layer, one micro-batch
@@ -49,7 +51,7 @@ W_PARAMS = 7          # parameters of the layer held per device (before data-par
 W_FLOPS = 8           # executed forward FLOPs of the layer per micro-batch per device
 W_EXPERT_PARAMS = 9   # routed-expert parameters of the layer per device (part of W_PARAMS; reduced over edp)
 W_SHARED = 10         # forward seconds of the shared experts (part of W_GEMM; may hide the dispatch)
-W_EP_REMOTE = 11      # seconds of W_EP's traffic on the scale-out tier (kernels/lm/moe.py dispatch_time)
+W_EP_REMOTE = 11      # seconds of W_EP's traffic on the scale-out tier (kernels/lm/moe_dispatch.py dispatch_time)
 W_AGAIN = 12          # forward seconds the Megatron-Core recompute_modules other than core_attn run again
 W_AGAIN_GEMM = 13     # GEMM part of W_AGAIN
 W_AGAIN_EP = 14       # EP seconds (forward direction) a recomputed MoE layer runs again (kernels/lm/recompute.py)
@@ -234,109 +236,6 @@ def layer_costs(row, moe, sliding, work):
     gating_forward, gating_backward = moe_pass_extras(row) if moe else (0.0, 0.0)   # + SequentialMLP's (§11.57)
     work[W_FORWARD_ONLY] = (moe_sync_idle_time(row) + gating_forward if moe else 0.0) + alibi_bias_s(row, tokens) + prepare
     work[W_BACKWARD_MEM] = gating_backward + memory_bound_time(row, fp8_transpose_bytes(row, dense + expert_params)) + prepare
-
-
-@njit
-def tp_layer_time(row, tokens, h, t, sp, linears):
-    """(forward, backward) TP seconds of one layer and micro-batch (docs/model.md §11.4, §11.40, §11.41, §11.42). Without SP two
-    all-reduces of ``tokens h`` 16-bit elements each way. With SP an all-gather before and a reduce-scatter after
-    attention and the MLP: forward the column-parallel inputs are gathered at :func:`sp_gather_bytes` (quantized
-    under FP8 / NVFP4) and the row-parallel outputs reduce-scattered at 2 B; backward the conjugates, the output
-    gradients gathered at their bytes before the row-parallel dgrads and the input gradients reduce-scattered at
-    2 B; with ``sp_wgrad_regather`` (Megatron-Core, Transformer Engine) the inputs of the ``linears``
-    column-parallel linears that gather their own input are gathered again in backward for the weight gradients,
-    at the forward gather's bytes (§11.41; an MLA layer's attention re-gathers its up-projections' inputs instead,
-    :func:`mla_regathers`, §11.42). With ``tp_per_projection`` under SP the n column-parallel projections gather
-    their inputs one by one: n gathers and 2 reduce-scatters forward, 2 gathers and n reduce-scatters backward
-    (§11.42). Each collective also idles the GPU for collective_overhead_s; current scaling's and NVFP4's amax
-    all-reduces (:func:`amax_reduction_time`, one per two quantized gathers) are added each way. Third: the
-    seconds of one forward gather (0 without SP), which :func:`regather_hidden_time` reuses."""
-    if t <= 1.0:
-        return 0.0, 0.0, 0.0
-    elements = tokens * h
-    if not sp:
-        tp = 2.0 * (allreduce_time(row, ACT_BYTES * elements, t, 1.0) + row[C_COLLECTIVE_OVERHEAD_S])
-        return tp, tp, 0.0
-    o = row[C_COLLECTIVE_OVERHEAD_S]
-    scatter = allgather_time(row, ACT_BYTES * elements, t, 1.0)
-    # a gather at the bytes of one already timed is that time (16-bit GEMMs: all three; per-tensor FP8: both gathers)
-    forward_bytes, backward_bytes = sp_gather_bytes(row, False), sp_gather_bytes(row, True)
-    gather = scatter if forward_bytes == ACT_BYTES else allgather_time(row, forward_bytes * elements, t, 1.0)
-    if backward_bytes == ACT_BYTES:
-        gather_backward = scatter
-    elif backward_bytes == forward_bytes:
-        gather_backward = gather
-    else:
-        gather_backward = allgather_time(row, backward_bytes * elements, t, 1.0)
-    # the column-parallel inputs gathered forward (and reduce-scattered backward): 2, or per projection n (§11.42)
-    inputs = 2.0
-    if row[C_TP_PER_PROJECTION] > 0.0:
-        inputs = 3.0 + (2.0 if row[C_GATED_MLP] > 0.0 else 1.0)
-    amax = amax_reduction_time(row)
-    forward = inputs * gather + 2.0 * scatter + ((inputs + 2.0) * o + 0.5 * inputs * amax)
-    backward = 2.0 * gather_backward + inputs * scatter + ((inputs + 2.0) * o + amax)
-    if row[C_MLA] > 0.0 and row[C_TP_PER_PROJECTION] <= 0.0:
-        # MLA gathers its latents and k_pos_emb, not h (§11.44): its attention input's AG + o and RS + o replaced,
-        # one amax all-reduce more for the third quantized gather
-        mla_f, mla_b = mla_sp_gathers(row, tokens, t)
-        forward += mla_f - gather - o + 0.5 * amax
-        backward += mla_b - scatter - o
-    # the column-parallel inputs, saved as the local slice, gathered again for the weight gradients (§11.41)
-    regather = 0.0
-    if row[C_SP_WGRAD_REGATHER] > 0.0:
-        if row[C_MLA] > 0.0:
-            q, kv = mla_regathers(row, tokens, t)
-            regather = (linears - 1.0) * (gather + o) + q + kv
-        else:   # per projection (dense layers only, rules.py): each of the n re-gathers its own input
-            regather = (inputs if row[C_TP_PER_PROJECTION] > 0.0 else linears) * (gather + o)
-    return forward, backward + regather, gather
-
-
-@njit
-def regather_hidden_time(row, tokens, h, t, sp, fc1, gather, qkv, fc1_gemm, fp8, weight_bytes):
-    """Seconds of one layer's wgrad re-gathers (§11.41) hidden under the dgrad GEMM of their own linear (used
-    without ``tp_comm_overlap``; with it the layer's own overlap rule hides all its TP). Megatron-Core's ``LinearWithGradAccumulationAndAsyncCommunication``
-    and Transformer Engine's ``Linear`` / ``LayerNormLinear`` issue the gather with ``async_op=True`` before the dgrad
-    GEMM and wait before the wgrad GEMM: linear i's gather (AG + o) adds ``exposed(AG + o, D_i)``
-    (:func:`parallel.exposed`: the excess over the window plus ``comm_sm_share`` of the overlap) and hides the rest.
-    D_i is the dgrad GEMM, the size of the forward's (``BACKWARD_INPUT_GEMM`` = 1): tokens x h x n_i / t, with
-    n = (a + 2 kv) d_head for QKV and ``fc1`` = (m - 1) f (a shared expert's (m - 1) s f_moe; 0: no FC1 re-gather);
-    an MLA layer's attention re-gathers its up-projections' inputs under their dgrads (:func:`mla_regathers`,
-    §11.42). ``qkv`` and ``fc1_gemm``: those forward GEMMs' seconds at the modelled speed (``roofline.gemm_roofline``
-    at the GEMM format's weight bytes), as the layer's GEMM list times them (``shape.layer_gemm_parts``; 0 under MLA
-    for QKV), over ``stack_compute_eff`` here; ``fp8`` and ``weight_bytes``: :func:`layer_costs`' GEMM format and
-    its weight bytes, for the MLA dgrads. ``gather``: AG, the forward gather's seconds from
-    :func:`tp_layer_time`, taken where its bytes per element b are 1 or 2 (then ``b (tokens h)`` there and
-    ``(b tokens) h`` here are the same double), else timed again. 0 with ``tp_comm_overlap`` (``W_TP_HIDDEN`` is
-    read only without it)."""
-    if t <= 1.0 or not sp or row[C_SP_WGRAD_REGATHER] <= 0.0 or row[C_TP_COMM_OVERLAP] > 0.0:
-        return 0.0      # nothing re-gathered, or TP overlap's own rule hides it (W_TP_HIDDEN is read without it)
-    eff = row[C_STACK_COMPUTE_EFF]
-    mla = row[C_MLA] > 0.0
-    hidden = 0.0
-    if mla:
-        # the up-projections' dgrads: tokens x a (nope + rope) / t x q_lora (h without a query low rank), tokens x
-        # a (nope + v) / t x kv_lora
-        q, kv = mla_regathers(row, tokens, t)
-        dqk, _ = attention_dims(row)
-        a = row[C_HEADS]
-        q_width = row[C_Q_LORA_RANK] if row[C_Q_LORA_RANK] > 0.0 else h
-        d_q = gemm_roofline(row, 1.0, tokens, a * dqk / t, q_width, fp8, weight_bytes, 1.0) / eff
-        d_kv = gemm_roofline(row, 1.0, tokens, a * (row[C_QK_NOPE_HEAD_DIM] + row[C_V_HEAD_DIM]) / t,
-                             row[C_KV_LORA_RANK], fp8, weight_bytes, 1.0) / eff
-        hidden = q - exposed(row, q, d_q) + kv - exposed(row, kv, d_kv)
-        if fc1 <= 0.0:
-            return hidden
-    # one hidden-width linear's re-gather, AG + o: QKV's (not under MLA) and FC1's
-    nbytes = sp_gather_bytes(row, False)
-    if nbytes != 1.0 and nbytes != 2.0:
-        gather = allgather_time(row, nbytes * tokens * h, t, 1.0)
-    comm = gather + row[C_COLLECTIVE_OVERHEAD_S]
-    if not mla:
-        hidden = comm - exposed(row, comm, qkv / eff)
-    if fc1 > 0.0:
-        hidden += comm - exposed(row, comm, fc1_gemm / eff)
-    return hidden
 
 
 @njit

@@ -38,9 +38,9 @@ from fastmodel.kernels.lm.layout import (
 from fastmodel.kernels.lm.memory_deepep import deepep_buffer_bytes
 from fastmodel.kernels.lm.memory_fsdp import fsdp_gather_buffer_bytes
 from fastmodel.kernels.lm.memory_activations import (
-    micro_batch_tokens, replicated_divisor, local_kv_width, routed_tokens, layer_activation_bytes, kept_mode,
-    stored_layer_bytes, recompute_working_bytes,
+    micro_batch_tokens, replicated_divisor, local_kv_width, routed_tokens, layer_activation_bytes,
 )
+from fastmodel.kernels.lm.memory_recompute import kept_mode, recompute_working_bytes, stored_layer_bytes
 from fastmodel.kernels.lm.memory_offload import offloaded_layer_bytes
 from fastmodel.kernels.lm.bf16_layers import bf16_row_into, bf16_stage_share
 from fastmodel.kernels.lm.memory_peak import N_PHASES, backward_grad_bytes, phase_kinds, stage_peak, userbuffers_on

@@ -273,7 +273,7 @@ def zb_h1_held_bytes(row, stage, per_microbatch):
     ZB-H1: ``n_F(i)`` micro-batches whose ``I`` has not run, ``per_microbatch`` each, and ``n_W(i)`` whose ``W``
     has not, ``rank_wgrad_pending_bytes`` each.
 
-    The order (kernels/lm/pipeline.py ``zb_h1_order``; Qi et al. 2024 Fig. 3): ``w = min(p - s - 1, m)``
+    The order (kernels/lm/pipeline_orders.py ``zb_h1_order``; Qi et al. 2024 Fig. 3): ``w = min(p - s - 1, m)``
     warm-up forwards, then for ``i = 0 .. m - 1``: ``F(w + i)`` while any is left, ``I(i)``, and ``W(i - s)``
     once ``i >= s``. Before ``I(i)``: ``n_F = min(w + i + 1, m) - i`` and ``n_W = min(i, s)``. The total is
     piecewise linear in ``i``: it rises while forwards come (``n_F = p - s``) up to ``i = s``, then stays; once

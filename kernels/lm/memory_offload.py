@@ -22,9 +22,10 @@ from fastmodel.kernels.lm.layout import (
     RECOMPUTE_MODULE_MLA_UP_PROJ, RECOMPUTE_MODULE_MOE, RECOMPUTE_NONE, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE,
 )
 from fastmodel.kernels.lm.memory_activations import (
-    E5M6_BYTES, FP8_BYTES, attention_scores_bytes, discarded_norm_output_bytes, gemm_input_bytes, kept_mode,
+    E5M6_BYTES, FP8_BYTES, attention_scores_bytes, discarded_norm_output_bytes, gemm_input_bytes,
     local_kv_width, micro_batch_tokens, mla_latent_bytes, module_recomputed, replicated_divisor, routed_tokens,
 )
+from fastmodel.kernels.lm.memory_recompute import kept_mode
 from fastmodel.kernels.lm.memory_states import B16, B32, is_moe, stage_layers
 from fastmodel.kernels.lm.pipeline import microbatches_in_flight
 from fastmodel.kernels.lm.shape import mtp_stage_layers

@@ -40,9 +40,10 @@ from fastmodel.kernels.lm.memory_chunks import held_bytes
 from fastmodel.kernels.lm.memory_fsdp import fsdp_flat_grad_copy_bytes
 from fastmodel.kernels.lm.pipeline import microbatches, mirror_stage
 from fastmodel.kernels.lm.memory_states import (
-    B16, is_moe, gradients_bytes, optimizer_bytes, stage_layers, stage_params, stage_uncast_params, stored_grad_bytes,
+    B16, is_moe, gradients_bytes, stage_layers, stage_params, stage_uncast_params, stored_grad_bytes,
     weights_bytes, accumulates_unsharded, holds_stage_gathered,
 )
+from fastmodel.kernels.lm.memory_optimizer import optimizer_bytes
 from fastmodel.kernels.lm.parallel import param_bytes
 
 P_LOSS = 0

@@ -17,15 +17,12 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - attention_params, mlp_p
     stored_grad_bytes,
 )
 from fastmodel.kernels.lm.layout import (
-    C_CP, C_DDP_BUCKET_COPY, C_DENSE_LAYERS, C_DP, C_EP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES,
-    C_HEADS, C_HEAD_DIM,
-    C_HIDDEN, C_LAYERS, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_LAYER_FREQ, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
-    C_MASTER_WEIGHTS, C_MTP_LAYERS, C_OPTIMIZER, C_OPTIMIZER_MOMENTS, C_OVERLAP_GRAD_REDUCE, C_PP, C_SHARDING,
-    C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_EMBEDDING_LOSS_IN_SPLIT, C_LEARNED_POSITIONS, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, OPT_ADAFACTOR, OPT_SGD,
-    OPT_MUON, OPT_SGD_NO_MOMENTUM, C_LAST_STAGE_LAYERS, C_REDUCE_EVERY_MICROBATCH, C_FSDP_STAGE_GATHERED,
-    SHARD_DDP, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
+    C_CP, C_DDP_BUCKET_COPY, C_DENSE_LAYERS, C_DP, C_EP, C_FFN, C_FP8_PARAMS, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_LAYERS,
+    C_MOE_EXPERTS, C_MOE_FFN, C_MOE_LAYER_FREQ, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_MASTER_WEIGHTS, C_MTP_LAYERS,
+    C_OVERLAP_GRAD_REDUCE, C_PP, C_SHARDING, C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_EMBEDDING_LOSS_IN_SPLIT,
+    C_LEARNED_POSITIONS, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, C_LAST_STAGE_LAYERS,
+    C_REDUCE_EVERY_MICROBATCH, C_FSDP_STAGE_GATHERED, SHARD_DDP, SHARD_FSDP, SHARD_ZERO2,
 )
-from fastmodel.kernels.lm.muon import muon_state_bytes, owned_share, stage_matrices
 
 #: bytes of a 16-bit activation / weight element (BF16 or FP16)
 B16 = 2.0
@@ -331,98 +328,3 @@ def torch_ddp_buckets(row):
     DDP that overlaps its reduction: ``gradient_as_bucket_view`` False, PyTorch 1.8's default, which Megatron-LM
     de7dc40f88 ``training.py`` lines 246-251 keep; docs/model_memory.md "Gradients")."""
     return row[C_DDP_BUCKET_COPY] > 0.0 and int(row[C_SHARDING]) == SHARD_DDP and row[C_OVERLAP_GRAD_REDUCE] > 0.0
-
-
-@njit(error_model='numpy')
-def moment_bytes(row):
-    """Bytes per element of the optimizer's moments beside an FP32 master copy: 4 (FP32, ZeRO paper Sec. 3.1),
-    2 under ``optimizer_moments = bf16`` (DeepSeek-V3 report sec. 3.3.3: "we adopt the BF16 data format instead
-    of FP32 to track the first and second moments in the AdamW optimizer"; master weights and gradients stay
-    FP32)."""
-    return B16 if row[C_OPTIMIZER_MOMENTS] > 0 else B32
-
-
-@njit(error_model='numpy')
-def optimizer_bytes_per_param(row):
-    """Optimizer bytes per parameter, FP32 master copy included.
-
-    Adam(W): 4 (master) + 4 (m) + 4 (v) = 12 (ZeRO paper, Sec. 3.1, K = 12). SGD with momentum: 4 + 4 = 8.
-    SGD without momentum (``torch.optim.SGD`` at its default ``momentum=0`` keeps no ``momentum_buffer``): 4,
-    the master alone. Adafactor without momentum (Shazeer & Stern 2018; beta1 = 0 default): 4 (master) plus
-    the factored second moment (``adafactor_factored_bytes``). BF16 moments (``moment_bytes``): Adam 4 + 2 + 2
-    = 8. Under FSDP the sharded FP32 parameters are the master copy, so 4 bytes less; a 16-bit model (``master_weights = 0``) has no master copy at all and its
-    states are 16-bit like its parameters (Adam 2 + 2, SGD with momentum 2).
-    """
-    opt = int(row[C_OPTIMIZER])
-    moments = 2.0
-    if opt == OPT_SGD:
-        moments = 1.0
-    elif opt == OPT_ADAFACTOR or opt == OPT_SGD_NO_MOMENTUM:
-        moments = 0.0
-    if row[C_MASTER_WEIGHTS] <= 0:
-        # PyTorch optimizers create their states like the parameter (torch/optim/adamw.py ``_init_group``:
-        # ``exp_avg = torch.zeros_like(p)``), so a 16-bit model keeps 16-bit moments
-        return moments * B16
-    states = moments * moment_bytes(row)
-    if int(row[C_SHARDING]) == SHARD_FSDP:
-        return states
-    return states + B32
-
-
-@njit(error_model='numpy')
-def adafactor_factored_bytes(row, stage):
-    """Adafactor's factored second moment: one FP32 row and one column vector per weight matrix.
-
-    ``4 * (rows + cols)`` per matrix (Shazeer & Stern 2018, Sec. 3); per layer the attention's four
-    ``h x a*d`` matrices and the MLP's two or three ``h x ffn`` matrices, on the local TP shard. An MTP module's
-    layer counts as its kind (``shape.mtp_stage_layers``), plus its ``eh_proj`` ``2h x h/t`` (docs/model_memory.md
-    "MTP module").
-    """
-    if int(row[C_OPTIMIZER]) != OPT_ADAFACTOR:
-        return 0.0
-    h = row[C_HIDDEN]
-    tp = row[C_TP]
-    dense, moe, mtp = stage_layers(row, stage)
-    dense, moe = mtp_stage_layers(row, dense, moe, mtp)
-    n_mlp = 3.0 if row[C_GATED_MLP] > 0 else 2.0
-    attn = 4.0 * (h + row[C_HEADS] * row[C_HEAD_DIM] / tp)
-    dense_mlp = n_mlp * (h + row[C_FFN] / tp)
-    expert_mlp = row[C_MOE_EXPERTS] / row[C_EP] * n_mlp * (h + row[C_MOE_FFN] / expert_tp(row, 0.0))
-    return B32 * ((dense + moe) * attn + dense * dense_mlp + moe * expert_mlp + mtp * (2.0 * h + h / tp))
-
-
-@njit(error_model='numpy')
-def optimizer_bytes(row, stage, non_expert, expert):
-    """Optimizer states: ``optimizer_bytes_per_param`` per parameter (+ Adafactor's factors).
-
-    Replicated under DDP; sharded by the shard group under ZeRO-1 / distributed optimizer, ZeRO-2 and
-    FSDP/HSDP (ZeRO paper, Sec. 5.1; Megatron-LM ``docs/distrib_optimizer.md``: ``12/d`` bytes per parameter).
-    Under DualPipe the rank's mirror stage (``pipeline.mirror_stage``) keeps its factors and momenta too.
-    """
-    per = optimizer_bytes_per_param(row)
-    factored = adafactor_factored_bytes(row, stage) + muon_momentum_bytes(row, stage)
-    mirror = mirror_stage(row, stage)
-    if mirror >= 0.0:
-        factored += adafactor_factored_bytes(row, mirror) + muon_momentum_bytes(row, mirror)
-    if int(row[C_SHARDING]) >= SHARD_ZERO1:
-        return per * sharded_params(row, non_expert, expert) + factored / shard_group(row)
-    return per * (non_expert + expert) + factored
-
-
-@njit(error_model='numpy')
-def muon_momentum_bytes(row, stage):
-    """Muon (``optimizer = muon``): the layers' matrices keep one momentum buffer instead of AdamW's two moments,
-    and only on the rank that orthogonalizes them (kernels/lm/muon.py ``owned_share``; muon.py creates
-    ``state["momentum_buffer"]`` on the owner alone): ``P_muon x (s x share - 2 x moment)`` beside the AdamW
-    ``optimizer_bytes_per_param`` every parameter is counted at (s: the momentum's bytes, the parameter's dtype).
-    Under ZeRO/FSDP the difference is divided by the shard group like the rest. 0 for other optimizers."""
-    if int(row[C_OPTIMIZER]) != OPT_MUON:
-        return 0.0
-    dense, moe, mtp = stage_layers(row, stage)
-    dense, moe = mtp_stage_layers(row, dense, moe, mtp)
-    matrices, params = stage_matrices(row, dense, moe, mtp)       # + the MTP modules' eh_proj matrices
-    moments = 2.0 * (moment_bytes(row) if row[C_MASTER_WEIGHTS] > 0 else B16)
-    state = muon_state_bytes(row) * owned_share(row, matrices)
-    if int(row[C_SHARDING]) >= SHARD_ZERO1:
-        state *= shard_group(row)       # the owner's buffer is whole; the caller divides by the shard group
-    return params * (state - moments)

@@ -17,7 +17,8 @@ from fastmodel.kernels.lm.layout import (
     OPT_SGD,
     OPT_SGD_NO_MOMENTUM,
 )
-from fastmodel.kernels.lm.memory_states import moment_bytes, stored_grad_bytes
+from fastmodel.kernels.lm.memory_optimizer import moment_bytes
+from fastmodel.kernels.lm.memory_states import stored_grad_bytes
 
 
 @njit

@@ -95,7 +95,7 @@ def tp_pass_factors(row):
     before attention and one before the MLP, and their conjugates). With ``tp_per_projection`` the plan
     redistributes the input of each column-parallel projection on its own, n = 3 (q, k, v) + 2 (gate, up; 1
     without a gate) per layer: without SP each input's gradient is all-reduced in backward (n all-reduces, the
-    forward's two row-parallel all-reduces unchanged); with SP ``layer.tp_layer_time`` prices the n all-gathers and
+    forward's two row-parallel all-reduces unchanged); with SP ``tp_layer.tp_layer_time`` prices the n all-gathers and
     2 reduce-scatters forward, 2 all-gathers and n reduce-scatters backward, each at its own bytes (docs/model.md
     §11.6 "Per-projection TP", §11.42), so the factors are 1."""
     if row[C_TP_PER_PROJECTION] <= 0.0 or row[C_SEQUENCE_PARALLEL] > 0.0:

@@ -26,9 +26,10 @@ W <= B (the paper's case), ``m t + (p - 1) F`` beyond. The exact scheduler path
 ``(p/2 - 1)(F + B' + B' - 3 W) = (p/2 - 1)(F + 2B - W)``, exact for F = B = W (the report's Fig. 5); for
 other ratios the exact schedule differs by at most (p/2 - 1) F on the ratios tested.
 
-A schedule lives here whole: its closed form (the jitted functions), the shapes it runs (:func:`schedule_status`
-for grids, :func:`check_shape` for the exact path) and its op order for the exact path and the memory timeline
-(:func:`stage_order`, plain Python); a new one: its name in ``registry/lm.py`` ``PIPELINE_SCHEDULES``, its parts here.
+A schedule's closed form (the jitted functions) and the shapes it runs on grids (:func:`schedule_status`) live
+here; its op order for the exact path and the memory timeline and the shapes that path runs (``stage_order``,
+``check_shape``, plain Python) in ``kernels/lm/pipeline_orders.py``, re-exported here. A new schedule: its name in
+``registry/lm.py`` ``PIPELINE_SCHEDULES``, its parts in the two modules.
 """
 
 from __future__ import annotations
@@ -45,9 +46,11 @@ from fastmodel.kernels.lm.layer import ACT_BYTES
 from fastmodel.kernels.lm.pipeline_2021 import sync_exchanges, sync_p2p
 from fastmodel.kernels.nccl import allgather_time, p2p_time
 from fastmodel.kernels.roofline import memory_bound_time
-from fastmodel.registry.lm import PIPELINE_SCHEDULES, STATUS_CODES
+from fastmodel.kernels.lm.pipeline_orders import (  # noqa: F401 - the exact path's op orders, re-exported
+    SCHEDULES, chain_length, check_shape, dualpipe_order, exact_schedule, stage_order, virtual_stage, zb_h1_order,
+)
+from fastmodel.registry.lm import STATUS_CODES
 
-SCHEDULES = tuple(PIPELINE_SCHEDULES)
 ST_MICROBATCHES = STATUS_CODES["too_few_microbatches"]
 ST_SCHEDULE = STATUS_CODES["schedule_not_runnable"]
 
@@ -262,189 +265,3 @@ def schedule_status(row, micro_batches):
             or row[C_CUDA_GRAPH_MICROBATCH_BUFFERS] > 0.0 or row[C_CUDA_GRAPHS] == 1.0):
         return ST_SCHEDULE
     return 0
-
-
-# ---- op orders of the exact path (plain Python; docs/model.md §11.7.1) ----
-# An op is ``(kind, micro-batch, chunk)``: kind ``"F"`` forward, ``"B"`` full backward, ``"I"`` backward for
-# inputs only, ``"W"`` backward for weights, ``"P"`` a forward overlapped with the backward after it (it starts
-# when both have their inputs); chunk is the rank's model chunk (interleaved) or DualPipe's direction.
-# ``fastmodel/lm/pipeline_program.py`` turns the orders into a Program for the generic scheduler.
-
-def stage_order(schedule: str, stages: int, micro_batches: int, stage: int,
-                virtual_stages: int = 1) -> list[tuple[str, int, int]]:
-    """The ops of pipeline rank ``stage`` in the order it runs them: ``(kind, micro-batch, chunk)`` (module
-    docstring).
-
-    - ``gpipe``: every forward, then every backward, micro-batches in order (Huang et al. 2019);
-    - ``1f1b``: ``min(p - s - 1, m)`` warm-up forwards, then one forward and one backward in turn,
-      then the remaining backwards (PipeDream-Flush; Narayanan et al. 2021 §2.2, Fig. 4 top);
-    - ``interleaved``: the same with v model chunks per rank and ``min(2 (p - s - 1) + (v - 1) p, m v)``
-      warm-up forwards; forwards go through the chunks in groups of p micro-batches (chunk 0 for
-      micro-batches 0..p-1, chunk 1 for the same, ...), backwards through the chunks in reverse
-      (Narayanan et al. 2021 §2.2, Fig. 4 bottom; Megatron-LM's interleaved schedule);
-    - ``zb_h1`` (:func:`zb_h1_order`) and ``dualpipe`` (:func:`dualpipe_order`, chunk = direction).
-    """
-    p, m, v, s = stages, micro_batches, virtual_stages, stage
-    if schedule == "gpipe":
-        return [("F", j, 0) for j in range(m)] + [("B", j, 0) for j in range(m)]
-    if schedule == "zb_h1":
-        return zb_h1_order(p, m, s)
-    if schedule == "dualpipe":
-        return dualpipe_order(p, m, s)
-    if schedule == "1f1b":
-        warmup = min(p - s - 1, m)
-        forwards = [("F", j, 0) for j in range(m)]
-        backwards = [("B", j, 0) for j in range(m)]
-    elif schedule == "interleaved":
-        warmup = min(2 * (p - s - 1) + (v - 1) * p, m * v)
-
-        def unit(k: int, forward: bool) -> tuple[str, int, int]:
-            group, within = divmod(k, p * v)
-            chunk = within // p
-            return ("F" if forward else "B", group * p + within % p, chunk if forward else v - 1 - chunk)
-
-        forwards = [unit(k, True) for k in range(m * v)]
-        backwards = [unit(k, False) for k in range(m * v)]
-    else:
-        raise ValueError(f"unknown pipeline schedule {schedule!r}; choose from {', '.join(SCHEDULES)}")
-    order = forwards[:warmup]
-    for i in range(len(forwards) - warmup):
-        order += [forwards[warmup + i], backwards[i]]
-    return order + backwards[len(forwards) - warmup:]
-
-
-def zb_h1_order(stages: int, micro_batches: int, stage: int) -> list[tuple[str, int, int]]:
-    """ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, sec. 3.1): 1F1B's order and in-flight
-    count, with each backward split into ``I`` (input gradient, sent at once) and ``W`` (weight gradient).
-    Stage s defers its first ``min(s, m)`` W passes: after the backward of micro-batch i it runs W(i - s)
-    when i >= s, and the deferred W passes close the step, where 1F1B's stage waits in the cool-down
-    (the handcrafted schedule of the paper's Fig. 3; sail-sg/zero-bubble-pipeline-parallelism, DeepSpeed
-    ``ZeroBubbleH1Pipeline``: a stage's first ``stage_id`` steady steps run B without W)."""
-    p, m, s = stages, micro_batches, stage
-    warmup = min(p - s - 1, m)
-    order = [("F", j, 0) for j in range(warmup)]
-    for i in range(m):
-        if warmup + i < m:
-            order.append(("F", warmup + i, 0))
-        order.append(("I", i, 0))
-        if i >= s:
-            order.append(("W", i - s, 0))
-    return order + [("W", j, 0) for j in range(max(0, m - s), m)]
-
-
-def dualpipe_order(stages: int, micro_batches: int, stage: int) -> list[tuple[str, int, int]]:
-    """DualPipe (DeepSeek-V3 report sec. 3.2.1, Fig. 5; deepseek-ai/DualPipe ``dualpipe.py``, ``DualPipe.step``):
-    m/2 micro-batches enter at rank 0 (direction 0, model stage s on rank s) and m/2 at rank p - 1
-    (direction 1, model stage p - 1 - s on rank s); chunk = direction. With h = min(s, p - 1 - s) the rank's
-    distance from its end of the pipeline and n = p/2, its eight steps, in the direction a rank calls
-    "phase 0" (its own: 0 on the first half of the ranks, 1 on the second) and "phase 1" (the other):
-
-    1. 2 (n - h - 1) forwards of phase 0;          2. h + 1 pairs: forward phase 0, forward phase 1;
-    3. n - h - 1 times: I phase 1, W, forward phase 1;
-    4. m/2 - p + h + 1 times: forward 0 & backward 1, forward 1 & backward 0: overlapped pairs, the forward
-       (kind ``"P"``) starting once both the pair's inputs have arrived (``_forward_backward_chunk`` receives
-       both, then computes), the backward right after it (the two share the GPU; the overlap hides their
-       communication); the middle ranks run their first pair as a plain forward and backward;
-    5. n - h - 1 times: backward phase 1, forward 1 & backward 0;
-    6. h + 1 times: backward 1, backward 0 (from the middle of the step on as I, W deferred);
-    7. n - h - 1 times: W, I phase 0;                8. h + 1 W.
-
-    W passes run in the order their I passes ran (the weight-gradient store is a FIFO queue)."""
-    p, m, s = stages, micro_batches, stage
-    n, h, half = p // 2, min(s, p - 1 - s), m // 2
-    own = 0 if s < n else 1
-    nxt = {0: 0, 1: 0}
-    deferred: list[tuple[str, int, int]] = []
-    order: list[tuple[str, int, int]] = []
-
-    def run(kind: str, phase: int) -> None:
-        chunk = own if phase == 0 else 1 - own
-        if kind == "W":
-            order.append(deferred.pop(0))
-            return
-        key = "F" if kind in "FP" else "B"
-        j = nxt[chunk] if key == "F" else order_count(chunk)
-        if key == "F":
-            nxt[chunk] += 1
-        order.append((kind, j, chunk))
-        if kind == "I":
-            deferred.append(("W", j, chunk))
-
-    def order_count(chunk: int) -> int:
-        return sum(1 for kind, _, c in order if c == chunk and kind in "BI")
-
-    for _ in range(2 * (n - h - 1)):
-        run("F", 0)
-    for _ in range(h + 1):
-        run("F", 0)
-        run("F", 1)
-    for _ in range(n - h - 1):
-        run("I", 1)
-        run("W", 0)
-        run("F", 1)
-    for i in range(half - p + h + 1):
-        run("F" if i == 0 and h == n - 1 else "P", 0)     # the middle ranks' first pair is not overlapped
-        run("B", 1)
-        run("P", 1)
-        run("B", 0)
-    for _ in range(n - h - 1):
-        run("B", 1)
-        run("P", 1)
-        run("B", 0)
-    split = False
-    for i in range(h + 1):
-        split = split or (i == (h + 1) // 2 and h % 2 == 1)
-        run("I" if split else "B", 1)
-        split = split or (i == (h + 1) // 2 and h % 2 == 0)
-        run("I" if split else "B", 0)
-    for _ in range(n - h - 1):
-        run("W", 0)
-        run("I", 0)
-    while deferred:
-        run("W", 0)
-    return order
-
-
-def exact_schedule(code: int, vp: int) -> tuple[str, int]:
-    """(schedule name, virtual stages) whose op order a rank runs for the column codes: 1F1B's code or the
-    interleaved code run the interleaved order only with ``vp > 1`` (1F1B otherwise); the other schedules have
-    one chunk per rank."""
-    name = {c: n for n, c in PIPELINE_SCHEDULES.items()}[int(code)]
-    if name in ("1f1b", "interleaved"):
-        return ("interleaved", int(vp)) if vp > 1 else ("1f1b", 1)
-    return name, 1
-
-
-def check_shape(schedule: str, stages: int, micro_batches: int, virtual_stages: int = 1) -> None:
-    """Raise ValueError for an unknown schedule or a shape it cannot run."""
-    if schedule not in SCHEDULES:
-        raise ValueError(f"unknown pipeline schedule {schedule!r}; choose from {', '.join(SCHEDULES)}")
-    if stages < 1 or micro_batches < 1 or virtual_stages < 1:
-        raise ValueError(f"stages, micro_batches and virtual_stages must be >= 1, got {stages}, {micro_batches}, "
-                         f"{virtual_stages}")
-    if schedule == "interleaved":
-        if virtual_stages < 2:
-            raise ValueError("the interleaved schedule needs virtual_stages >= 2")
-        if micro_batches % stages:
-            raise ValueError(f"the interleaved schedule runs micro-batches in groups of the {stages} stages; "
-                             f"{micro_batches} micro-batches is not a multiple")
-    elif virtual_stages != 1:
-        raise ValueError(f"virtual_stages = {virtual_stages} needs the interleaved schedule, not {schedule!r}")
-    if schedule == "dualpipe" and (stages % 2 or micro_batches % 2 or micro_batches < 2 * stages):
-        raise ValueError(f"DualPipe needs an even number of stages and an even number of micro-batches, at least "
-                         f"2 x stages; got {stages} stages, {micro_batches} micro-batches")
-
-
-def virtual_stage(schedule: str, stages: int, stage: int, chunk: int) -> int:
-    """Index k of chunk ``chunk`` of rank ``stage``: ``chunk x p + position``, where the position along the
-    chunk's chain of model stages is the rank's, except DualPipe's direction 1, which runs from rank p - 1 to
-    rank 0 (position p - 1 - stage)."""
-    if schedule == "dualpipe" and chunk == 1:
-        return stages + stages - 1 - stage
-    return chunk * stages + stage
-
-
-def chain_length(schedule: str, stages: int, virtual_stages: int) -> int:
-    """Model stages a micro-batch crosses: p v, or p under DualPipe (each direction a chain of its own). The
-    cost slot of virtual stage k is its position ``k % chain_length``."""
-    return stages if schedule == "dualpipe" else stages * virtual_stages

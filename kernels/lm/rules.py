@@ -22,7 +22,8 @@ from fastmodel.kernels.lm.layout import (
 )
 from fastmodel.kernels.lm.memory_offload import offload_conflict
 from fastmodel.kernels.lm.memory_states import explicit_layout, split_slots
-from fastmodel.kernels.lm.moe import expert_tp, node_limit_short
+from fastmodel.kernels.lm.moe import expert_tp
+from fastmodel.kernels.lm.moe_dispatch import node_limit_short
 from fastmodel.kernels.lm.pipeline import is_multiple, schedule_status
 from fastmodel.registry.lm import STATUS_CODES
 

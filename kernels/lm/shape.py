@@ -381,7 +381,7 @@ def layer_gemm_time(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbyt
 @njit
 def layer_gemm_parts(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch):
     """(:func:`layer_gemm_time`, its QKV and first MLP GEMM at the modelled speed, :func:`attention_gemm_parts`,
-    :func:`mlp_gemm_parts`): ``layer.regather_hidden_time`` windows the wgrad re-gathers with them."""
+    :func:`mlp_gemm_parts`): ``tp_layer.regather_hidden_time`` windows the wgrad re-gathers with them."""
     attention, qkv = attention_gemm_parts(row, tokens, fp8, wbytes, launch)
     mlp, fc1 = mlp_gemm_parts(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch)
     return (attention + mlp) / row[C_STACK_COMPUTE_EFF], qkv, fc1

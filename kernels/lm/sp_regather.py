@@ -3,7 +3,7 @@ up-projections, the LM head's output layer and the MTP ``eh_proj`` (its input ga
 output layer's own input gather / reduce-scatter / all-reduce, MLA's forward gathers at the latents' widths, its
 replicated down-projections (their GEMMs on the SP slice, their gradients' once-a-step TP all-reduce with the
 norms') and the MTP module's BF16 GEMMs under fp4. The layer's own re-gathers, their overlap and the TP of a layer
-are ``kernels/lm/layer.py`` (``tp_layer_time``, ``regather_hidden_time``, §11.41)."""
+are ``kernels/lm/tp_layer.py`` (``tp_layer_time``, ``regather_hidden_time``, §11.41)."""
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.fp4 import train_gemm_format

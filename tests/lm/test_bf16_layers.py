@@ -132,7 +132,7 @@ def test_under_interleaving_only_an_end_chunks_layers_are_the_end_ranks():
     put all on rank 0: refused (bf16_layers_above_stage); start = 4 (rank 0's first chunk) runs, as does 8
     without interleaving."""
     from fastmodel.kernels.lm.bf16_layers import bf16_layers_cap
-    from fastmodel.kernels.lm.pipeline import virtual_stage
+    from fastmodel.kernels.lm.pipeline_orders import virtual_stage
     from fastmodel.lm.pipeline import chunk_layers
     from fastmodel.lm.rules import plan_status
     from fastmodel.registry.lm import STATUS_CODES

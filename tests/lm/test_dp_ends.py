@@ -1,4 +1,4 @@
-"""The data-parallel step of a pipeline's two end ranks (kernels/lm/step.py ``_data_parallel_ranks``, docs/model.md
+"""The data-parallel step of a pipeline's two end ranks (kernels/lm/dp_step.py ``_data_parallel_ranks``, docs/model.md
 §11.27): where :func:`ends_alike` holds (no explicit layout, no MTP modules, not Muon, the head's parameters with a
 tied copy equal to the embedding's) the first rank's step alone is taken; it must equal, to the bit, the two-call
 result (``_data_parallel_ends``: the first rank's step and the last's with its drain) on hand-chosen pipelined rows
@@ -8,18 +8,18 @@ Rows outside the rule (explicit layout, MTP, Muon) keep the two calls; DualPipe 
 import numpy as np
 import pytest
 
-from fastmodel.kernels.lm.layout import N_RESULTS, R_COMM_DP, R_EXPOSED_DP, R_TIME_OPTIMIZER
-from fastmodel.kernels.lm.memory_states import layers_per_stage
-from fastmodel.kernels.lm.passes import N_WORK, W_PARAMS
-from fastmodel.kernels.lm.step import (
+from fastmodel.kernels.lm.dp_step import (
     END_FIRST,
     END_LARGER,
     _data_parallel_ends,
     _data_parallel_ranks,
     _data_parallel_step,
-    busiest_stage,
     ends_alike,
 )
+from fastmodel.kernels.lm.layout import N_RESULTS, R_COMM_DP, R_EXPOSED_DP, R_TIME_OPTIMIZER
+from fastmodel.kernels.lm.memory_states import layers_per_stage
+from fastmodel.kernels.lm.passes import N_WORK, W_PARAMS
+from fastmodel.kernels.lm.step import busiest_stage
 from fastmodel.lm.table import row
 
 DENSE = dict(layers=32, hidden=1024, ffn=4096, heads=16, kv_heads=16, head_dim=64, vocab=32000, seq_len=2048,

@@ -11,7 +11,8 @@ of 2048 (4 per device under EP 64), 1 shared, top-8. Plan (sec. 3.2): PP 16 Dual
 
 import pytest
 
-from fastmodel.kernels.lm.memory_activations import kept_mode, layer_activation_bytes, mla_latent_bytes
+from fastmodel.kernels.lm.memory_activations import layer_activation_bytes, mla_latent_bytes
+from fastmodel.kernels.lm.memory_recompute import kept_mode
 from fastmodel.kernels.lm.memory_states import (
     stage_layers,
     stage_params,
@@ -122,8 +123,8 @@ def test_deepseek_v3_worst_rank_by_kind():
 def _rank_peak(columns, stage):
     """(weights, gradients, optimizer, activations, buffers) at pipeline rank ``stage``'s peak (memory_row's terms)."""
     from fastmodel.kernels.lm import memory
-    from fastmodel.kernels.lm.memory_activations import recompute_working_bytes, stored_layer_bytes
     from fastmodel.kernels.lm.memory_peak import stage_peak
+    from fastmodel.kernels.lm.memory_recompute import recompute_working_bytes, stored_layer_bytes
     kept = kept_mode(columns)
     dense, moe = layer_activation_bytes(columns, False, kept), layer_activation_bytes(columns, True, kept)
     return stage_peak(columns, stage, stored_layer_bytes(columns, dense), stored_layer_bytes(columns, moe),

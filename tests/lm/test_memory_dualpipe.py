@@ -10,7 +10,7 @@ one of stage ``p - 1``, not ``p + 1`` of the larger one; a middle rank holds ``p
 import pytest
 
 from fastmodel.kernels.lm.layout import M_ACTIVATIONS
-from fastmodel.kernels.lm.pipeline import dualpipe_order
+from fastmodel.kernels.lm.pipeline_orders import dualpipe_order
 from fastmodel.lm.memory_timeline import memory_timeline
 from fastmodel.lm.table import row
 from tests.lm.test_memory_peak import GPT, peak

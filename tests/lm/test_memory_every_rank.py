@@ -313,7 +313,8 @@ def test_dualpipe_mirror_stage_keeps_its_adafactor_factors():
     layer's four h x a d attention matrices and two h x f MLP matrices, 4 (4 (h + a d) + 2 (h + f)) = 73,728 B. Under
     DualPipe rank 1 holds stage 1 and its mirror stage 2 (pp = 4, 2 layers each): 4 layers' factors, 294,912 B,
     beside the per-parameter states of both stages (DDP)."""
-    from fastmodel.kernels.lm.memory_states import optimizer_bytes, optimizer_bytes_per_param, stage_params
+    from fastmodel.kernels.lm.memory_optimizer import optimizer_bytes, optimizer_bytes_per_param
+    from fastmodel.kernels.lm.memory_states import stage_params
 
     h, a, d, f = 1024, 16, 64, 4096
     columns = row(**GPT, layers=8, pp=4, micro_batch=1, global_batch=16, pipeline_schedule="dualpipe",

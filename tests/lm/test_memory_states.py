@@ -1,6 +1,6 @@
-"""Weights, gradients and optimizer states per device by sharding stage (kernels/lm/memory_states.py), as the
-memory kernel reports them, derived by hand from the equations in docs/model_memory.md. The helpers (``memory``,
-``small`` and its SMALL model) are tests/lm/test_memory.py's.
+"""Weights, gradients and optimizer states per device by sharding stage (kernels/lm/memory_states.py,
+kernels/lm/memory_optimizer.py), as the memory kernel reports them, derived by hand from the equations in
+docs/model_memory.md. The helpers (``memory``, ``small`` and its SMALL model) are tests/lm/test_memory.py's.
 """
 
 import pytest

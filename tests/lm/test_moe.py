@@ -9,7 +9,6 @@ import pytest
 
 from fastmodel.kernels.lm.moe import (
     FP8_DISPATCH_BYTES,
-    dispatch_time,
     expert_dp,
     expert_flops,
     expert_rows,
@@ -19,6 +18,7 @@ from fastmodel.kernels.lm.moe import (
     moe_compute,
     permutation_pairs,
 )
+from fastmodel.kernels.lm.moe_dispatch import dispatch_time
 from fastmodel.kernels.lm.parallel import exposed
 from fastmodel.kernels.lm.passes import (
     A_BACKWARD_WEIGHT,

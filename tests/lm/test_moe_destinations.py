@@ -1,4 +1,4 @@
-"""DeepEP's destinations per token (kernels/lm/moe.py ``distinct_uniform``, ``distinct_round_robin``,
+"""DeepEP's destinations per token (kernels/lm/moe_dispatch.py ``distinct_uniform``, ``distinct_round_robin``,
 ``distinct_destinations``, ``deepep_time``; docs/model.md §11.14.2), derived by hand, and the rule table's
 ``node_limit_below_topk`` (``node_limit_short``, docs/model.md §11.9)."""
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fastmodel.errors import PlanError
-from fastmodel.kernels.lm.moe import (
+from fastmodel.kernels.lm.moe_dispatch import (
     dispatch_time,
     distinct_destinations,
     distinct_round_robin,

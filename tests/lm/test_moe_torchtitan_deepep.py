@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastmodel.kernels.lm.moe import PERMUTE_BYTES_PER_ELEMENT, ROUTER_BYTES_PER_SCORE, dispatch_time, moe_compute
+from fastmodel.kernels.lm.moe import PERMUTE_BYTES_PER_ELEMENT, ROUTER_BYTES_PER_SCORE, moe_compute
+from fastmodel.kernels.lm.moe_dispatch import dispatch_time
 from fastmodel.kernels.lm.passes import (
     A_BACKWARD_INPUT,
     A_BACKWARD_WEIGHT,

@@ -1,7 +1,7 @@
 """The multi-token-prediction (MTP) module's costs beyond its transformer layer and LM-head GEMM, by hand
 (docs/model.md §11.4 "MTP module", docs/model_memory.md "MTP module"): the loss passes over its logits, its
 projection and norms (kernels/lm/layer.py ``mtp_costs``), the data-parallel reduction of its parameters and of
-the MTP stage's embedding copy (kernels/lm/step.py ``mtp_module_params``), its parameters, saved inputs and
+the MTP stage's embedding copy (kernels/lm/dp_step.py ``mtp_module_params``), its parameters, saved inputs and
 loss workspace in memory (kernels/lm/memory_states.py, memory_activations.py, memory.py).
 
 Megatron-Core: megatron/core/transformer/multi_token_prediction.py, megatron/core/models/gpt/gpt_model.py,
@@ -10,12 +10,12 @@ megatron/core/distributed/finalize_model_grads.py at NVIDIA/Megatron-LM@d98e8a6.
 import numpy as np
 import pytest
 
+from fastmodel.kernels.lm.dp_step import mtp_module_params
 from fastmodel.kernels.lm.layer import N_WORK, W_FLOPS, W_GEMM, W_MEM, W_TP, W_TP_BACKWARD, head_costs, mtp_costs
 from fastmodel.kernels.lm.memory import logits_workspace_bytes
 from fastmodel.kernels.lm.memory_activations import mtp_activation_bytes, stage_microbatch_bytes
 from fastmodel.kernels.lm.memory_states import model_stage_params
 from fastmodel.kernels.lm.sp_regather import embedding_tp, head_tp_backward
-from fastmodel.kernels.lm.step import mtp_module_params
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
 from fastmodel.kernels.roofline import gemm_time
 from fastmodel.lm.engine import evaluate_table

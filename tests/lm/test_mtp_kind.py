@@ -92,7 +92,7 @@ def test_adafactor_factors_the_mtp_layer_at_its_kind_and_its_projection(model, m
     """``adafactor_factored_bytes`` of the last of 2 ranks: 4 B x (rows + cols) per matrix. The MTP module adds
     its layer's attention 4 x (1,024 + 16 x 64) = 8,192, its MLP of its kind, and ``eh_proj`` 2,048 + 1,024 (TP 1).
     It counted the layer's MLP as routed experts always (none for a dense model) and not ``eh_proj``."""
-    from fastmodel.kernels.lm.memory_states import adafactor_factored_bytes
+    from fastmodel.kernels.lm.memory_optimizer import adafactor_factored_bytes
 
     values = dict(model, pp=2, optimizer="adafactor")
     added = adafactor_factored_bytes(row(**values, mtp_layers=1), 1.0) \

@@ -1,5 +1,5 @@
 """Layouts Megatron-Core runs with short and empty stages (docs/model.md §11.25, issue 22): accepted and priced by
-the ranks' own layers (kernels/lm/memory_states.py ``layout_busiest_layers``, kernels/lm/step.py
+the ranks' own layers (kernels/lm/memory_states.py ``layout_busiest_layers``, kernels/lm/dp_step.py
 ``_data_parallel_ranks``), and what Megatron-Core refuses still refused (kernels/lm/rules.py ``layout_broken``,
 fastmodel/lm/rules.py ``layout_reason``)."""
 

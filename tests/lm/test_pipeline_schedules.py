@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fastmodel.errors import SpecError
-from fastmodel.kernels.lm.pipeline import dualpipe_order, stage_order, zb_h1_order
+from fastmodel.kernels.lm.pipeline_orders import dualpipe_order, stage_order, zb_h1_order
 from fastmodel.lm.calibrate.overlay import overlay_columns
 from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.pipeline import exact_pipeline, stage_times

@@ -1,7 +1,7 @@
 """Pipeline tails and whole-layer chunks (docs/model.md §11.27, the review LOWs of issues 22 and 26): a heavier last
 rank's interleaved chunks hold whole layers (kernels/lm/memory_chunks.py ``layout_chunk_layers``); each end rank
 reduces its gradients when its own backward ends, the last one during the drain (kernels/lm/pipeline.py
-``pipeline_drain``, kernels/lm/step.py ``_data_parallel_ranks``); per-layer CUDA graphs are refused under DualPipe
+``pipeline_drain``, kernels/lm/dp_step.py ``_data_parallel_ranks``); per-layer CUDA graphs are refused under DualPipe
 (``schedule_status``); an explicit layout's end ranks count their own dense and MoE layers (``_data_parallel_step``,
 ``layer.layer_kind_params``). Hand derivations."""
 
@@ -159,9 +159,10 @@ MOE_LAYER = 4 * H * H + H * 4                   # its attention and router (no s
 
 
 def _first_rank_step(columns):
+    from fastmodel.kernels.lm.dp_step import END_FIRST, _data_parallel_step
     from fastmodel.kernels.lm.layer import W_PARAMS
     from fastmodel.kernels.lm.passes import N_WORK
-    from fastmodel.kernels.lm.step import END_FIRST, _data_parallel_step, busiest_stage
+    from fastmodel.kernels.lm.step import busiest_stage
     from fastmodel.registry.lm import RESULTS
     work, out = np.zeros(N_WORK), np.zeros(len(RESULTS))
     stage_mb = busiest_stage(columns, work)[0]

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fastmodel.kernels.lm.dp_step import ends_alike
 from fastmodel.kernels.lm.positions import (
     alibi_bias_s,
     mla_rope_elements,
@@ -16,7 +17,6 @@ from fastmodel.kernels.lm.positions import (
     position_table_s,
     rotary_bytes,
 )
-from fastmodel.kernels.lm.step import ends_alike
 from fastmodel.kernels.roofline import memory_bound_time
 from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.records import read_records

@@ -114,7 +114,7 @@ def test_kempnerforge_redistributes_each_column_parallel_input_on_its_own():
     # units of W_TP, two all-reduces of T h 2 B per forward; n = 3 (q, k, v) + 2 (gate, up) column-parallel inputs
     assert tp_pass_factors(row(tp_per_projection=1, gated_mlp=1)) == (1.0, 2.5)      # no SP: 5 backward all-reduces
     assert tp_pass_factors(row(tp_per_projection=1, gated_mlp=0)) == (1.0, 2.0)      # ungated MLP: up only
-    # with SP layer.tp_layer_time prices the 5 AG + 2 RS (and back) itself (tests/lm/test_tp_regathers.py, §11.42)
+    # with SP tp_layer.tp_layer_time prices the 5 AG + 2 RS (and back) itself (tests/lm/test_tp_regathers.py, §11.42)
     assert tp_pass_factors(row(tp_per_projection=1, gated_mlp=1, sequence_parallel=1)) == (1.0, 1.0)
     assert tp_pass_factors(row(tp_per_projection=0, gated_mlp=1)) == (1.0, 1.0)
     # the step, full recompute without SP: 2 + 2 + 5 = 9 all-reduces per layer instead of 2 + 2 + 2 = 6, so

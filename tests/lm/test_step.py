@@ -225,7 +225,7 @@ def test_a_tied_embedding_across_stages_keeps_a_copy_on_the_last_stage_and_all_r
     reduction and optimizer step), so tied minus untied is that all-reduce, exposed: 4096 x 1024 FP32 gradients
     (grad_reduce_bytes 4) between ranks (p - 1) t cp dp = 3 x 1 x 1 x 4 = 12 apart. One stage: no copy, no
     all-reduce."""
-    from fastmodel.kernels.lm.step import tied_head_copy
+    from fastmodel.kernels.lm.dp_step import tied_head_copy
     from fastmodel.kernels.nccl import allreduce_time
 
     values = {**SPLIT, "embedding_loss_in_split": 0, "global_batch": 32, "grad_reduce_bytes": 4}

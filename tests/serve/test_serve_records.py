@@ -423,7 +423,7 @@ def test_aic_quant_modes_are_typed_and_other_aic_keys_kept(tmp_path):
 
 def test_run_and_evaluate_record_give_one_evaluation():
     """``fastmodel run`` (serve.report.run_record) and serve.api.evaluate_record of a serving record both go
-    through serve.api.evaluate_any_record: the kernel's status and results of the lowered record, bit for bit, and
+    through serve.api_records.evaluate_any_record: the kernel's status and results of the lowered record, bit for bit, and
     a calibration refused by each with the same line."""
     from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
     from fastmodel.serve.api import evaluate_any_record, evaluate_record, evaluate_table

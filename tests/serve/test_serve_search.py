@@ -92,7 +92,8 @@ def test_a_bare_slo_number_far_beyond_an_interactive_service_gets_a_note():
     base = ["serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--gpus", "1", "--ttft", "2"]
     noted = CliRunner().invoke(main, [*base, "--tpot", "50"])
     assert noted.exit_code == 0
-    assert "note: --tpot 50 reads as 50 s" in noted.stderr and "50ms" in noted.stderr
+    assert ("note: --tpot 50 reads as 50 s (a number without a unit is seconds); write e.g. 50ms for milliseconds\n"
+            in noted.stderr)
     for quiet in ("0.05", "50ms"):
         run = CliRunner().invoke(main, [*base, "--tpot", quiet])
         assert run.exit_code == 0 and "reads as" not in run.stderr

@@ -85,3 +85,20 @@ def test_cli_plot_pareto_prints_the_note_too(tmp_path):
     assert run.exit_code == 0, run.output
     # ttft 8.3 to 26 ms: 10 ms keeps two of the four points
     assert "note: --where ttft<10 keeps every point: ttft is in seconds, so a bare 10 is 10 seconds" in run.stderr
+
+
+def test_one_rule_for_a_bare_number_in_a_filter_and_in_an_slo_option():
+    """``--where tpot<13.8`` and ``serve --search --tpot 50`` read a value without a unit by one rule
+    (``bare_number``); each keeps its own note, pinned word for word (the --where one above)."""
+    from fastmodel.analysis.where_units import bare_number, flag_slip_note
+
+    assert bare_number("13.8") == 13.8 and bare_number(" 50") == 50.0
+    assert bare_number("13.8ms") is None and bare_number("fast") is None
+    assert flag_slip_note("--tpot", "50", 50.0, 1.0) == (
+        "--tpot 50 reads as 50 s (a number without a unit is seconds); write e.g. 50ms for milliseconds")
+    assert flag_slip_note("--ttft", "2000", 2000.0, 60.0).startswith("--ttft 2000 reads as 2000 s")
+    assert flag_slip_note("--tpot", "0.05", 0.05, 1.0) is None          # plausible seconds: no note
+    assert flag_slip_note("--tpot", "50s", 50.0, 1.0) is None           # a unit given: read as written
+    # the filter's note takes the same values as bare: 13.8ms is read as written, no note
+    tpot = xr.DataArray(np.array([0.0102, 0.0138]), dims="batch_size", attrs={"units": "s"})
+    assert unit_slips(xr.Dataset({"tpot": tpot}), ["tpot<13.8ms"]) == []
