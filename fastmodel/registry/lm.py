@@ -30,6 +30,7 @@ from fastmodel.registry.lm_positions import POSITION_MODEL_ROWS
 from fastmodel.registry.lm_sdpa import SDPA_DEVICE_ROWS, SDPA_PLAN_ROWS
 from fastmodel.registry.lm_status import STATUS_CODES, STATUSES  # noqa: F401  (re-exported: registry.lm.STATUSES)
 from fastmodel.registry.lm_step import EMBEDDING_FP32_GRADS, STEP_PLAN_ROWS
+from fastmodel.registry.lm_straggler import STRAGGLER_DEVICE_ROWS
 from fastmodel.registry.variables import (
     FITS_MEMORY,
     MEMORY_PER_DEVICE,
@@ -290,6 +291,7 @@ DEVICE_COLUMNS = _cols(
     *OFFLOAD_DEVICE_ROWS,
     *SDPA_DEVICE_ROWS,
     *FP8_DEVICE_ROWS,
+    *STRAGGLER_DEVICE_ROWS,
 )
 
 NETWORK_COLUMNS = _cols(
