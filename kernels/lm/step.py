@@ -68,7 +68,7 @@ from fastmodel.kernels.lm.host_step import embedding_send_overlap, eval_time, ho
 from fastmodel.kernels.lm.chain_nic import chain_sends_nic_shared
 from fastmodel.kernels.lm.fp8 import fp8_weight_chain_s, fp8_weight_step_s
 from fastmodel.kernels.lm.host_syncs import host_sync_s, optimizer_host_s
-from fastmodel.kernels.lm.straggler import straggler_factor
+from fastmodel.kernels.lm.straggler import add_straggler
 from fastmodel.kernels.lm.pipeline import model_copies, pipeline_drain, pipeline_p2p
 from fastmodel.kernels.nccl import allreduce_time
 from fastmodel.kernels.roofline import memory_bound_time
@@ -411,8 +411,8 @@ def step_row(row, work, out):
     host_wait = micro_batches * host_wait_per_microbatch(row, per_stage, stage_mb)
     host_wait += host_sync_s(row, micro_batches, share > 0.0, host_wait > 0.0)     # Megatron-Core's syncs (§11.64)
     evaluation = eval_time(row, forward, micro_batches)      # the run's interleaved evaluation, per step (§11.17.1)
-    step = (micro_batches * stage_mb + host_wait + bubble + fsdp_exposed + pp_exposed + outside
-            + row[C_STEP_OVERHEAD_S] + offload + evaluation) * straggler_factor(row)   # the slowest GPU's (§11.68)
+    step = add_straggler(row, micro_batches * stage_mb + host_wait + bubble + fsdp_exposed + pp_exposed + outside
+                         + row[C_STEP_OVERHEAD_S] + offload + evaluation, out)   # the slowest GPU's wait (§11.68)
     full, _ = recompute_share(row)
     flops = work[A_FLOPS]
     executed = micro_batches * (per_stage * (3.0 * flops + full * flops) + head_flops / p    # MTP layers: their own

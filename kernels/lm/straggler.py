@@ -14,7 +14,7 @@ microbenchmark efficiencies are one GPU's, the median's (§11.68: what they alre
 import math
 
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.layout import C_GPU_SPEED_SPREAD, C_N_GPUS
+from fastmodel.kernels.lm.layout import C_GPU_SPEED_SPREAD, C_N_GPUS, R_TIME_STRAGGLER
 
 #: Newton steps for the normal upper-tail quantile; from x0 = sqrt(-2 ln q), an upper bound (Chernoff), the
 #: convex decreasing tail converges monotonically, to < 1e-12 in under 10 steps for q in [1e-9, 0.5]
@@ -44,3 +44,11 @@ def expected_max_normal(n):
 def straggler_factor(row):
     """1 + gpu_speed_spread x E[max of n_gpus]: the step of the job's slowest GPU over the median GPU's (§11.68)."""
     return 1.0 + row[C_GPU_SPEED_SPREAD] * expected_max_normal(row[C_N_GPUS])
+
+
+@njit
+def add_straggler(row, step, out):
+    """``step`` with the wait for the job's slowest GPU added, step x (straggler_factor - 1), also written to
+    ``out[R_TIME_STRAGGLER]`` (the breakdown's ``time_straggler``, §11.68)."""
+    out[R_TIME_STRAGGLER] = step * (straggler_factor(row) - 1.0)
+    return step + out[R_TIME_STRAGGLER]
