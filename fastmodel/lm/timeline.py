@@ -32,7 +32,7 @@ from fastmodel.registry.lm import COLUMN_INDEX
 
 STREAMS = ("compute", "tp", "cp", "ep", "pp", "dp")
 KINDS = ("gemm", "attention", "memory_bound", "recompute", "head", "bubble", "optimizer", "overhead",
-         "tp", "cp", "ep", "pp", "dp", "offload", "eval")
+         "tp", "cp", "ep", "pp", "dp", "offload", "eval", "straggler")
 #: above this many layer-ops a step is drawn one op per pass and micro-batch instead of per layer
 MAX_LAYER_OPS = 200_000
 
@@ -341,6 +341,9 @@ def timeline(columns: np.ndarray, label: str = "the configuration") -> Timeline:
     if r["time_eval"] > 0.0:        # the run's interleaved evaluation, its share per step (§11.17.1)
         b.op("evaluation (forward-only batches, per step)", "compute", "eval", t, t + r["time_eval"])
         t += r["time_eval"]
+    if r["time_straggler"] > 0.0:   # the wait for the job's slowest GPU, drawn at the step's end (§11.68)
+        b.op("waiting for the slowest GPU", "compute", "straggler", t, t + r["time_straggler"])
+        t += r["time_straggler"]
     overhead = r["step_time"] - t
     b.op("host overhead", "compute", "overhead", t, t + max(0.0, overhead))
     return Timeline(tuple(b.names), np.array(b.stream, dtype=np.int8), np.array(b.kind, dtype=np.int8),

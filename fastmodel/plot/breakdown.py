@@ -21,6 +21,7 @@ STYLE = {
     "cp": ("#E69F00", "CP comm."), "ep": ("#CC79A7", "EP comm."), "pp": ("#F0E442", "PP comm."),
     "dp": ("#D55E00", "DP comm."), "host_wait": ("#000000", "host-bound wait"),
     "offload": ("#8C564B", "offload copies"), "eval": ("#AA4499", "evaluation"),
+    "straggler": ("#661100", "slowest-GPU wait"),
 }
 
 

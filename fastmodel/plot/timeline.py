@@ -30,12 +30,14 @@ KIND_COLOURS = {
     "attention": "#56B4E9", "memory_bound": "#999999", "recompute": "#CC79A7", "head": "#332288",
     "bubble": "#DDDDDD", "optimizer": "#117733", "overhead": "#444444", "tp": "#009E73", "cp": "#E69F00",
     "ep": "#882255", "pp": "#F0E442", "dp": "#44AA99", "offload": "#8C564B", "eval": "#AA4499",
+    "straggler": "#661100",
 }
 KIND_LABELS = {
     **S.CATEGORY_LABELS,
     "attention": "attention", "memory_bound": "memory-bound", "recompute": "recompute", "head": "LM head",
     "bubble": "pipeline bubble", "optimizer": "optimizer", "overhead": "host overhead", "tp": "TP comm.",
     "cp": "CP comm.", "ep": "EP comm.", "pp": "PP comm.", "dp": "DP comm.", "offload": "offload copies", "eval": "evaluation",
+    "straggler": "slowest-GPU wait",
 }
 
 

@@ -30,6 +30,7 @@ from fastmodel.registry.lm_positions import POSITION_MODEL_ROWS
 from fastmodel.registry.lm_sdpa import SDPA_DEVICE_ROWS, SDPA_PLAN_ROWS
 from fastmodel.registry.lm_status import STATUS_CODES, STATUSES  # noqa: F401  (re-exported: registry.lm.STATUSES)
 from fastmodel.registry.lm_step import EMBEDDING_FP32_GRADS, STEP_PLAN_ROWS
+from fastmodel.registry.lm_straggler import STRAGGLER_DEVICE_ROWS, STRAGGLER_RESULT_ROWS
 from fastmodel.registry.variables import (
     FITS_MEMORY,
     MEMORY_PER_DEVICE,
@@ -290,6 +291,7 @@ DEVICE_COLUMNS = _cols(
     *OFFLOAD_DEVICE_ROWS,
     *SDPA_DEVICE_ROWS,
     *FP8_DEVICE_ROWS,
+    *STRAGGLER_DEVICE_ROWS,
 )
 
 NETWORK_COLUMNS = _cols(
@@ -424,6 +426,7 @@ RESULTS: tuple[Variable, ...] = (
            "cache is released on demand, so memory_per_device = memory_allocated + overhead decides fits_memory)."),
     Result("memory_peak_stage", "1", "", "Pipeline rank (0 = first) whose peak memory_per_device is reported."),
     *(Result(*r) for r in OFFLOAD_RESULT_ROWS), *(Result(*r) for r in EVAL_RESULT_ROWS),
+    *(Result(*r) for r in STRAGGLER_RESULT_ROWS),
 )
 RESULT_INDEX: dict[str, int] = {r.name: i for i, r in enumerate(RESULTS)}
 MEMORY_RESULTS = tuple("memory_" + k for k in MEMORY_KINDS)
@@ -435,7 +438,7 @@ RANK_ONLY_FITTING = True
 #: the step as stacked bars (kernels/lm/step.py): compute on the busiest device + optimizer + pipeline bubble +
 #: each process group's whole ("serialized") or exposed communication (= step_time exactly)
 _COMPUTE = ("time_gemm", "time_attention", "time_memory_bound", "time_optimizer", "pipeline_bubble", "time_host_wait",
-            "time_offload", "time_eval")
+            "time_offload", "time_eval", "time_straggler")
 BREAKDOWN = Breakdown((*_COMPUTE, *(f"comm_{g}" for g in ("tp", "cp", "ep", "pp", "dp"))),
                       (*_COMPUTE, *(f"exposed_{g}" for g in ("tp", "cp", "ep", "pp", "dp"))))
 #: dataset variables made of several result rows: (variable, its rows, one per coordinate of its dimension)

@@ -40,7 +40,7 @@ UNREAD_COLUMNS = (
     # device
     "comm_sm_share", "allocator_cache_fraction", "allocator_cache_fraction_expandable",
     "cublas_workspace_bytes", "nccl_p2p_channels_per_peer", "host_link_bw", "host_link_eff",
-    "attn_tile_kv",
+    "attn_tile_kv", "gpu_speed_spread",
     # network
     "gpus_per_node", "collective_overhead_s", "deepep_nvl_bw", "step_overhead_s", "host_layer_s",
 )

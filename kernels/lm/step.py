@@ -53,6 +53,7 @@ from fastmodel.kernels.lm.host_step import embedding_send_overlap, eval_time, ho
 from fastmodel.kernels.lm.chain_nic import chain_sends_nic_shared
 from fastmodel.kernels.lm.fp8 import fp8_weight_chain_s
 from fastmodel.kernels.lm.host_syncs import host_sync_s
+from fastmodel.kernels.lm.straggler import add_straggler
 from fastmodel.kernels.lm.pipeline import model_copies, pipeline_p2p
 from fastmodel.kernels.lm.dp_step import (  # noqa: F401 - the end ranks' names, re-exported for step's callers
     END_FIRST, END_LARGER, END_LAST, _data_parallel_ranks, _fsdp_step, ends_alike, mtp_module_params, tied_head_copy,
@@ -69,8 +70,7 @@ def busiest_stage(row, work):
     gradient a micro-batch at pp > 1 (``first_rank.embedding_ends``, §11.44). Leaves the busiest rank's layer
     accumulators in ``work[A_*]`` and the head's parameters and FLOPs in ``work[W_*]``. ``d16`` is a new vector
     (:func:`busiest_stage_into`). Called from Python (timeline, pipeline report): a plain function, so it runs the
-    compiled ``busiest_stage_into`` and ``embedding_terms`` at the types ``step_row`` compiles them at not one more
-    compile of the step (~1 s cold)."""
+    compiled ``busiest_stage_into`` and ``embedding_terms`` at ``step_row``'s types, not one more compile (~1 s)."""
     t_mb, t_avg, f_avg, w_avg, layers, share, n16, d16, emb, _ = busiest_stage_into(
         row, work, np.empty(N_WORK), np.empty(N_WORK), np.empty(N_WORK), embedding_terms(row))
     return t_mb, t_avg, f_avg, w_avg, layers, share, n16, d16, emb
@@ -176,8 +176,8 @@ def step_row(row, work, out):
     host_wait = micro_batches * host_wait_per_microbatch(row, per_stage, stage_mb)
     host_wait += host_sync_s(row, micro_batches, share > 0.0, host_wait > 0.0)     # Megatron-Core's syncs (§11.64)
     evaluation = eval_time(row, forward, micro_batches)      # the run's interleaved evaluation, per step (§11.17.1)
-    step = micro_batches * stage_mb + host_wait + bubble + fsdp_exposed + pp_exposed + outside \
-        + row[C_STEP_OVERHEAD_S] + offload + evaluation
+    step = add_straggler(row, micro_batches * stage_mb + host_wait + bubble + fsdp_exposed + pp_exposed + outside
+                         + row[C_STEP_OVERHEAD_S] + offload + evaluation, out)   # the slowest GPU's wait (§11.68)
     full, _ = recompute_share(row)
     flops = work[A_FLOPS]
     executed = micro_batches * (per_stage * (3.0 * flops + full * flops) + head_flops / p    # MTP layers: their own

@@ -104,7 +104,7 @@ def test_moe_and_dense_layers_each_take_their_own_bytes_and_passes():
 def test_the_step_is_still_the_sum_of_its_parts_with_offloading():
     r = one(**{"n_gpus": 2}, offload_modules=CORE, **SLOW, pp=2, global_batch=8)
     parts = (r["time_gemm"] + r["time_attention"] + r["time_memory_bound"] + r["pipeline_bubble"]
-             + r["time_host_wait"] + r["time_optimizer"] + r["time_offload"]
+             + r["time_host_wait"] + r["time_optimizer"] + r["time_offload"] + r["time_straggler"]
              + sum(r[f"exposed_{g}"] for g in ("tp", "cp", "ep", "pp", "dp")))
     assert r["time_offload"] > 0.0
     assert r["step_time"] == pytest.approx(parts, rel=1e-12)

@@ -99,12 +99,13 @@ def test_every_kernel_module_compiles_through_the_project_decorator():
 def test_editing_the_registry_the_kernels_compile_in_changes_the_cache_key(tmp_path):
     sources = [Path(p) for p in jit._constant_sources()]
     # the registry modules the layouts derive from (lm_chunk, lm_engine, lm_eval, lm_experts, lm_fsdp1, lm_lowprec, lm_muon, lm_offload, lm_overhead,
-    # lm_pipeline, lm_positions, lm_sdpa and lm_step hold rows of lm's column table, lm_status its status codes): every
+    # lm_pipeline, lm_positions, lm_sdpa, lm_step and lm_straggler hold rows of lm's column table, lm_status its status codes): every
     # registry/lm_*.py module, so a new one cannot be left out of the key
     lm_parts = sorted(p.name for p in Path(registry.__file__).parent.glob("lm_*.py"))
     assert lm_parts == ["lm_chunk.py", "lm_cudagraph.py", "lm_engine.py", "lm_eval.py", "lm_experts.py", "lm_fsdp1.py",
                         "lm_lowprec.py", "lm_muon.py", "lm_offload.py", "lm_overhead.py",
-                        "lm_pipeline.py", "lm_positions.py", "lm_sdpa.py", "lm_status.py", "lm_step.py"]
+                        "lm_pipeline.py", "lm_positions.py", "lm_sdpa.py", "lm_status.py", "lm_step.py",
+                        "lm_straggler.py"]
     assert [p.name for p in sources] == ["lm.py", *lm_parts, "madmax.py", "serve.py", "variables.py"]
     copies = []
     for path in sources:
