@@ -27,7 +27,7 @@ from fastmodel.registry.lm_engine import COLUMN_ALIASES, column_name
 from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
 from fastmodel.registry.validators import column_problem
 from fastmodel.serve import precisions as serve_precisions
-from fastmodel.serve.one_value import one_value_arguments
+from fastmodel.serve.one_value import no_number, one_value_arguments
 from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
 from fastmodel.serve.spec import TRAINING_COLUMNS, given_loads, not_one_load
 from fastmodel.serve.sweep_plan import dataset_attrs  # noqa: F401  (the SLO search's too)
@@ -165,7 +165,7 @@ def _number(key: str, value, field: str | None = None) -> float:
     if key in TRAINING_COLUMNS:     # moe_grouped_gemm=0 changed TPOT silently (review12 #4)
         raise SpecError(None, field or key, TRAINING_COLUMNS[key])
     if isinstance(value, (str, bytes)) or not np.isscalar(value) or not np.isreal(value):
-        raise SpecError(None, field or key, f"expected a number, got {value!r}")
+        raise SpecError(None, field or key, no_number(value))     # input_len="8k": 8000 or 8192
     if problem := column_problem(COLUMNS[COLUMN_INDEX[key]], float(value)):    # tp=0 would divide by zero
         raise SpecError(None, field or key, problem)
     if _not_whole(key, value):

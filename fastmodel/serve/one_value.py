@@ -12,6 +12,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fastmodel.errors import SpecError
+from fastmodel.spec.quantity import count_suffix_hint
 
 SEQUENCES = (list, tuple, set, frozenset, range, np.ndarray)
 
@@ -44,3 +45,8 @@ def one_value_arguments(model: Any, device: Any, engine: Any, kwargs: Mapping[st
     """(model, device, engine, kwargs) of ``evaluate``, each through :func:`one_value`."""
     one = one_value_kwargs(dict(model=model, device=device, engine=engine, **kwargs))
     return one.pop("model"), one.pop("device"), one.pop("engine"), one
+
+
+def no_number(value: Any) -> str:
+    """The reason a column's value that is no number is refused, with the count hint of ``"8k"``."""
+    return f"expected a number, got {value!r}{count_suffix_hint(value)}"

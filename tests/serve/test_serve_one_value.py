@@ -48,3 +48,14 @@ def test_a_zero_d_array_is_its_value():
 def test_a_mapping_model_stays_a_model():
     cols = api.model_columns("llama3-8b")
     assert one_value_kwargs({"model": cols})["model"] == cols
+
+
+def test_a_count_with_a_unit_suffix_says_which_number():
+    """``input_len="8k"`` said "expected a number, got '8k'"; the CLI's ``--input-len 8k`` names 8000 or 8192."""
+    with pytest.raises(SpecError) as err:
+        api.evaluate("llama3-8b", "H100", batch_size=8, input_len="8k")
+    assert str(err.value) == ("input_len: expected a number, got '8k'; a count takes no unit suffix; write the whole "
+                              "number (8k tokens: 8000 or 8192)")
+    with pytest.raises(SpecError) as err:
+        api.evaluate("llama3-8b", "H100", batch_size=8, tp="4")
+    assert str(err.value) == "tp: expected a number, got '4'"
