@@ -65,9 +65,10 @@ class Count(Whole):
     a valid integer range"; a count takes none (8k is 8000 or 8192 tokens: the user says which)."""
 
     def convert(self, value, param, ctx):
-        if isinstance(value, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*[kKmM]i?\s*", value):
-            self.fail(f"{value!r}: a count takes no unit suffix; write the whole number (8k tokens: 8000 or 8192)",
-                      param, ctx)
+        from fastmodel.spec.quantity import COUNT_HINT, count_suffix_hint
+
+        if count_suffix_hint(value):
+            self.fail(f"{value!r}: {COUNT_HINT}", param, ctx)
         return super().convert(value, param, ctx)
 
 

@@ -173,13 +173,23 @@ def _quoting(key: str, text: str) -> str:
 
 def _file_fields(path: str) -> dict:
     """The ``[execution]`` table of an execution file; anything else in it is refused, naming the key."""
+    from fastmodel.lm.record_schema import EXECUTION_FIELDS
+    from fastmodel.spec.detect import not_execution
+
     try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8-sig"))
+        text = Path(path).read_text(encoding="utf-8-sig")
+        data = tomllib.loads(text)
     except FileNotFoundError:
         raise SpecError(path, None, "no such file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise SpecError(path, None, f"not valid TOML: {error}") from None
+        json_file = _json_instead(text) if isinstance(error, tomllib.TOMLDecodeError) else None
+        raise SpecError(path, None, json_file or f"not valid TOML: {error}") from None
+    if problem := not_execution(data):     # a sweep file said "description: unknown table or key"
+        raise SpecError(path, None, problem)
     for key in data:
+        if key in EXECUTION_FIELDS:
+            raise SpecError(path, key, "an execution field outside the [execution] table; write [execution] above "
+                            "the fields")
         if key != "execution":
             raise SpecError(path, key, "unknown table or key: an execution file holds one [execution] table"
                             f"{nearest(key, ['execution'])}")
@@ -190,3 +200,22 @@ def _file_fields(path: str) -> dict:
         raise SpecError(path, "execution", "expected a table of execution fields (pipeline_schedule, ...)")
     return data["execution"]
 
+
+
+def _json_instead(text: str) -> str | None:
+    """What a JSON file given as the execution file is (``not_execution``: a run record, ...), or JSON lines; None
+    for text that is not JSON (broken TOML)."""
+    import json
+
+    lines = [line for line in text.splitlines() if line.strip()]
+    try:
+        data = [json.loads(line) for line in lines] if len(lines) > 1 and lines[0].lstrip().startswith("{") \
+            and lines[0].rstrip().endswith("}") else [json.loads(text)]
+    except ValueError:
+        return None
+    if len(data) > 1:
+        return ("JSON lines, not an execution file (one [execution] table): training runs go to 'fastmodel "
+                "validate FILE' or 'batch', serving records to 'fastmodel serve FILE'")
+    from fastmodel.spec.detect import not_execution
+
+    return not_execution(data[0]) or "JSON, not an execution file: an execution file is TOML holding one [execution] table"

@@ -67,6 +67,7 @@ def validate(runs, output, plot_path, dpi, size, force, calibration, split_file)
     click.echo(result.report)
     if output:
         _write_rows(result.rows, output, runs, force)
+    _none_answered(result.rows, runs, output, plot_path)
     if plot_path:
         from fastmodel.io.outputs import claim_output
         from fastmodel.plot.style import save
@@ -76,6 +77,20 @@ def validate(runs, output, plot_path, dpi, size, force, calibration, split_file)
         with claim_output(plot_path, _figure_kind(plot_path), inputs=(runs,), force=force, what="figure"):
             save(fig, plot_path, dpi)
         click.echo(f"wrote {plot_path}", err=True)   # as validate -o and every plot command say it
+
+
+def _none_answered(rows: list[dict], runs: str, output, plot_path) -> None:
+    """Every record refused: one line after the tables, exit 3, as a batch whose every line is an error and a sweep
+    with no legal point (``cli/sweep.NO_LEGAL_POINT_EXIT``); -o holds the rows, --plot has nothing to draw."""
+    from fastmodel.cli.sweep import NO_LEGAL_POINT_EXIT
+
+    if not rows or any(row.get("status") != "refused" for row in rows):
+        return
+    held = [f"{output} holds them"] if output else []
+    held += ["--plot not drawn"] if plot_path else []
+    click.echo(f"no record of {runs} could be predicted: {len(rows)} of {len(rows)} refused, each named above"
+               f"{'; ' + ', '.join(held) if held else ''} (exit {NO_LEGAL_POINT_EXIT})", err=True)
+    raise SystemExit(NO_LEGAL_POINT_EXIT)
 
 
 def _sized_without_plot(plot_path) -> None:

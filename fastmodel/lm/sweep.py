@@ -29,7 +29,7 @@ from fastmodel.lm.table import CODE_TABLES, encode
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, OFFLOAD_MODULES, RECOMPUTE_MODULES
 from fastmodel.registry.validators import column_problem
 from fastmodel.spec.columns import boolean_name
-from fastmodel.spec.quantity import COLUMN_UNIT_KINDS
+from fastmodel.spec.quantity import COLUMN_UNIT_KINDS, count_suffix_hint
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -304,7 +304,8 @@ def _axis_number(name: str, value: Any) -> float:
                          "\"unknown\" in [execution] (execution={\"vp\": \"unknown\"}); an axis over vp takes whole "
                          "numbers")
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise SweepError(f"axis {name!r}: {value!r} is not a number" + (f" of {units}" if units != "1" else ""))
+        raise SweepError(f"axis {name!r}: {value!r} is not a number" + (f" of {units}" if units != "1" else "")
+                         + count_suffix_hint(value))
     return float(value)
 
 

@@ -398,13 +398,13 @@ def left_out_line(reasons, total: int) -> str:
 def reasons_of(status: xr.DataArray, left: np.ndarray, extra: Mapping[str, np.ndarray] | None = None) -> list[str]:
     """The reason of each point ``left`` out (a boolean grid in ``status``'s shape): its status name where it is
     not ``ok``, else the first name of ``extra`` (``{reason: grid of points it rules out}``) that rules it out."""
-    codes = np.atleast_1d(np.asarray(status.values).astype(int))   # a grid of one point (every dimension --sel) too
-    names = status_names(status)
-    out = []
+    from fastmodel.plot.masked import code_name, status_codes
+
+    codes, names, out = status_codes(status), status_names(status), []   # a NaN status: masked (plot/masked.py)
     for index in zip(*np.nonzero(np.atleast_1d(left))):
         code = int(codes[index])
         if code != 0:
-            out.append(names[code] if 0 <= code < len(names) else str(code))
+            out.append(code_name(code, names))
             continue
         out.append(next((name for name, grid in (extra or {}).items() if np.atleast_1d(grid)[index]), "no result"))
     return out

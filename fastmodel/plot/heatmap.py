@@ -9,6 +9,7 @@ from matplotlib.patches import Patch, Rectangle
 
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
+from fastmodel.plot.masked import status_codes
 from fastmodel.plot.readable import make_readable
 from fastmodel.registry import status_names
 
@@ -134,7 +135,7 @@ def _as_labels(da):
     """Status codes and booleans are categories, not quantities: their names, for a categorical map."""
     if da.name == "status" or "flag_meanings" in da.attrs:
         names = np.array(status_names(da) or ["ok"], dtype=object)
-        codes = np.asarray(da.values).astype(int)
+        codes = status_codes(da).reshape(np.shape(da.values))
         labels = np.where((codes >= 0) & (codes < len(names)), names[np.clip(codes, 0, len(names) - 1)], "")
         return da.copy(data=labels.astype(object))
     if da.dtype.kind == "b":
@@ -213,13 +214,13 @@ def _missing_cells(ax, image, status):
     if status is None:
         groups.append(("no result (NaN)", masked, NORESULT_STYLE, None))
     else:
-        codes = np.asarray(status.values).astype(int)
+        codes = status_codes(status).reshape(np.shape(status.values))   # NaN (a ds.where mask): no result
         names = status_names(status)
         dnf = names.index("does_not_fit") if "does_not_fit" in names else -1
         budget = names.index("over_gpu_budget") if "over_gpu_budget" in names else -1
         infeasible = masked & (codes == dnf)
         over = masked & (codes == budget)
-        illegal = masked & (codes != 0) & (codes != dnf) & (codes != budget)
+        illegal = masked & (codes > 0) & (codes != dnf) & (codes != budget)
         other = masked & ~infeasible & ~over & ~illegal
         groups.append(("does not fit in memory", infeasible, INFEASIBLE_STYLE, None))
         groups.append(("over the GPU budget", over, OVER_BUDGET_STYLE, None))

@@ -84,7 +84,7 @@ def frontier(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | Non
         columns = {d: g.ravel() for d, g in zip(dims, grids)}
     finite = np.isfinite(xv) & np.isfinite(yv)
     if not finite.any():
-        raise D.PlotError(f"no point has finite {x} and {y}")
+        raise D.PlotError(f"no point has finite {x} and {y}" + (f": {left}" if left else ""))   # why: the statuses
     table = pd.DataFrame({**columns, x: xv, y: yv} if x != y else {**columns, x: xv})
     table["on_frontier"] = pareto_mask(xv, yv, x_dir, y_dir)
     table = table[finite].reset_index(drop=True)

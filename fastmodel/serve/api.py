@@ -32,6 +32,7 @@ from fastmodel.registry.validators import column_problem
 from fastmodel.serve import precisions as serve_precisions
 from fastmodel.serve.api_plans import sweep_plan, sweep_plan_from_definition, sweep_plan_from_file  # noqa: F401
 from fastmodel.serve.api_records import evaluate_any_record, evaluate_record  # noqa: F401  (the engine's door)
+from fastmodel.serve.one_value import no_number, one_value_arguments
 from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
 from fastmodel.serve.spec import TRAINING_COLUMNS, given_loads, not_one_load
 from fastmodel.serve.sweep_plan import dataset_attrs  # noqa: F401  (the SLO search's too)
@@ -169,7 +170,7 @@ def _number(key: str, value, field: str | None = None) -> float:
     if key in TRAINING_COLUMNS:     # moe_grouped_gemm=0 changed TPOT silently (review12 #4)
         raise SpecError(None, field or key, TRAINING_COLUMNS[key])
     if isinstance(value, (str, bytes)) or not np.isscalar(value) or not np.isreal(value):
-        raise SpecError(None, field or key, f"expected a number, got {value!r}")
+        raise SpecError(None, field or key, no_number(value))     # input_len="8k": 8000 or 8192
     if problem := column_problem(COLUMNS[COLUMN_INDEX[key]], float(value)):    # tp=0 would divide by zero
         raise SpecError(None, field or key, problem)
     if _not_whole(key, value):
@@ -218,10 +219,10 @@ def device_profiles(engine: str | None, first: str, devices: Sequence[str], give
 
 
 def evaluate(model, device: str, engine: str | None = None, **kwargs) -> dict[str, float | str]:
-    """Every serving result of one configuration (see :func:`columns`) under ``engine``'s profile
-    (:func:`engine_columns`; None: the default engine), plus its ``status`` name and ``notes``
-    (:func:`model_notes` and the engine's note, joined by "; "). Plain floats in the units of
-    ``fastmodel.registry.serve.SERVE_RESULTS`` (s, tokens/s, bytes; :func:`sweep` keeps them in attrs)."""
+    """Every serving result of one configuration (:func:`columns`; one value per argument, ``serve.one_value``) under
+    ``engine``'s profile (:func:`engine_columns`; None: the default), its ``status`` name and ``notes`` (:func:`model_notes`
+    and the engine's, joined by "; "). Floats in ``SERVE_RESULTS``'s units (:func:`sweep` keeps them in attrs)."""
+    model, device, engine, kwargs = one_value_arguments(model, device, engine, kwargs)    # tp=[1, 2]: sweep()
     profile, notes = engine_columns(engine, device, kwargs, refuse=True)
     out, status = evaluate_table(columns(model, device, **profile, **kwargs)[:, None])
     result: dict[str, float | str] = {r.name: float(out[i, 0]) for i, r in enumerate(SERVE_RESULTS)}

@@ -20,6 +20,7 @@ from typing import Any
 
 from fastmodel.errors import SpecError, nearest
 from fastmodel.serve.sweep_plan import SPECIAL_AXES, ServeSweepPlan
+from fastmodel.spec.quantity import count_suffix_hint
 from fastmodel.sweeps.file import axis_values, check_keys, raw_spec, spec_ref
 
 KEYS = ("model", "system", "task", "semantics", "axes", "unit_configs", "description")
@@ -99,7 +100,7 @@ def check_values(source: str | None, axes: dict[str, list]) -> None:
                     number = encode(name, value)
                     if isinstance(number, bool) or not isinstance(number, (int, float)) \
                             or not math.isfinite(number) or number < 0:
-                        raise SpecError(None, name, f"{value!r} is not a non-negative number")
+                        raise SpecError(None, name, f"{value!r} is not a non-negative number{count_suffix_hint(value)}")
                     if name in _COUNTS and number != int(number):    # the training sweeps' rule
                         raise SpecError(None, name, f"every value must be a whole number (got {value!r})")
                     if name in _COUNTS and number < 1:

@@ -129,3 +129,33 @@ def misplaced(data: Any, kind: str) -> str | None:
         return "a cluster spec (kind = \"cluster\"), not a model: give it as the system (-s)"
     return None
 
+
+
+#: ``kind`` of task specs (MAD-Max's and the real-world model's ``pretrain``, a serving task's ``serve``)
+TASK_KINDS = ("pretrain", "finetune", "inference", SERVE_TASK_KIND)
+
+
+def not_execution(data: Any) -> str | None:
+    """Why ``data``, given as an execution file (``--execution``: one ``[execution]`` table), is another input: a
+    sweep file, a run or serving record, a model, cluster, task or device spec, each with where it goes. None
+    otherwise (a file of ``[execution]`` alone, or unknown keys, which the caller names)."""
+    if not isinstance(data, dict) or set(data) <= {"execution"}:
+        return None
+    if isinstance(data.get("axes"), dict):
+        what, goes = "a sweep file (it has [axes])", "run it with 'fastmodel sweep FILE -o out.nc'" + (
+            ", or copy its [execution] table alone into a file" if isinstance(data.get("execution"), dict) else "")
+    elif is_serve_record(data):
+        what, goes = "a serving record (SERVE_RUNS.md)", "'fastmodel serve FILE' evaluates it"
+    elif is_run_record(data):
+        what, goes = "a training run record (RUNS.md)", "'fastmodel run -m FILE' evaluates it with its plan block"
+    elif is_real_world_model(data):
+        what, goes = f"a model spec (family = \"{REAL_WORLD_FAMILY}\")", "give it as the model (-m)"
+    elif is_cluster(data):
+        what, goes = f"a cluster spec (kind = \"{CLUSTER_KIND}\")", "give it as the system (-s)"
+    elif field(data, "kind") in TASK_KINDS:
+        what, goes = f"a task spec (kind = \"{data['kind']}\")", "give it as the task (-t)"
+    elif "names" in data and "hbm_bytes" in data:
+        what, goes = "a device spec", "a cluster spec names it as its gpu"
+    else:
+        return None
+    return f"{what}, not an execution file (one [execution] table): {goes}"

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from fastmodel.errors import NESTED_TOO_DEEP, FieldValueError, SpecError, nearest
+from fastmodel.spec.quantity import count_suffix_hint
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -103,7 +104,7 @@ def validation_to_spec_error(error: ValidationError, cls: type[BaseModel], sourc
             message = message[len("Value error, "):]
         reason = message
         if "input" in first and first["type"] not in ("value_error",) and not isinstance(first["input"], dict):
-            reason += f" (got {first['input']!r})"
+            reason += f" (got {first['input']!r})" + count_suffix_hint(first["input"])     # seq_len = "8k"
         if first["type"] == "literal_error" and isinstance(first.get("input"), str):
             # a name outside a code table: the nearest name, matched on the value's first word (its name)
             words = first["input"].strip().split()

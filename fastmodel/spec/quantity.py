@@ -17,6 +17,16 @@ from pydantic import BeforeValidator, Field, WithJsonSchema
 _PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
 
+#: a count written with a unit suffix (``"8k"``, ``"4Ki"``): 8k tokens is 8000 or 8192, so a count takes the number
+COUNT_SUFFIX = re.compile(r"\s*\d+(\.\d+)?\s*[kKmM]i?\s*")
+COUNT_HINT = "a count takes no unit suffix; write the whole number (8k tokens: 8000 or 8192)"
+
+
+def count_suffix_hint(value) -> str:
+    """``"; " + COUNT_HINT`` for a text that is a count with a unit suffix (``"8k"``), else ''."""
+    return f"; {COUNT_HINT}" if isinstance(value, str) and COUNT_SUFFIX.fullmatch(value) else ""
+
+
 _QUANTITY = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/]*)\s*$")
 
 # kind -> (accepted unit stems, plausibility floor for a plain number, example)

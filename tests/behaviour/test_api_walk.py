@@ -166,9 +166,11 @@ def test_a_sweep_store_ends_in_zarr(store, tmp_path, monkeypatch):
 @pytest.mark.parametrize("kwargs, said", [
     ({"tpp": 4, "batch_size": 1}, "tpp: unknown column (did you mean 'tp'?)"),
     ({"tpp": 4}, "tpp: unknown column (did you mean 'tp'?)"),
-    ({"tp": 4, "input_len": "1k", "batch_size": 1}, "input_len: expected a number, got '1k'"),
+    ({"tp": 4, "input_len": "1k", "batch_size": 1}, "input_len: expected a number, got '1k'; a count takes no unit "
+     "suffix; write the whole number (8k tokens: 8000 or 8192)"),
     ({"tp": "4", "batch_size": 1}, "tp: expected a number, got '4'"),
-    ({"tp": [2, 4], "batch_size": 1}, "tp: expected a number, got [2, 4]"),
+    ({"tp": [2, 4], "batch_size": 1}, "tp: one value per evaluate() call, got a list [2, 4]; to compare several, sweep them: "
+     "fastmodel.serve.api.sweep(model, device, tp=[...])"),
 ])
 def test_serve_evaluate_names_a_misspelt_column_or_a_value_that_is_no_number(kwargs, said):
     """``tpp=4`` was "load: give exactly one of batch_size, ..." (the load was checked first) and

@@ -89,7 +89,7 @@ def test_a_file_with_an_unknown_table(tmp_path):
         "table (did you mean 'execution'?)"
     )
     path.write_text("micro_batch = 1\n")
-    assert _error(cli("run", *DSV3, "--execution", path)).startswith(f"error: {path}: micro_batch: unknown table")
+    assert _error(cli("run", *DSV3, "--execution", path)).startswith(f"error: {path}: micro_batch: an execution field outside")
     path.write_text("[execution\n")
     assert _error(cli("run", *DSV3, "--execution", path)).startswith(f"error: {path}: not valid TOML")
     assert _error(cli("run", *DSV3, "--execution", tmp_path / "none.toml")).endswith("none.toml: no such file")
@@ -225,3 +225,47 @@ def test_a_percentage_given_to_set_says_its_fraction(value, said):
     line = _error(cli("run", "-m", "llama3-70b", "-s", "dgx-h100", "-t", "llm-pretrain", "--nodes", "8",
                       "-x", f"activation_offload={value}"))
     assert "--set: execution.activation_offload: " in line and said in line and "quote" not in line
+
+
+@pytest.mark.parametrize("spec, said", [
+    ("specs/sweeps/llama3_70b_h100_plans.toml", "a sweep file (it has [axes]), not an execution file (one [execution] "
+     "table): run it with 'fastmodel sweep FILE -o out.nc', or copy its [execution] table alone into a file"),
+    ("specs/sweeps/llama2_70b_plans.toml", "a sweep file (it has [axes]), not an execution file (one [execution] "
+     "table): run it with 'fastmodel sweep FILE -o out.nc'"),
+    ("specs/models/gpt-oss-20b.toml", "a model spec (family = \"lm\"), not an execution file (one [execution] table): "
+     "give it as the model (-m)"),
+    ("specs/systems/dgx-h100.toml", "a cluster spec (kind = \"cluster\"), not an execution file (one [execution] "
+     "table): give it as the system (-s)"),
+    ("specs/tasks/llm-pretrain.toml", "a task spec (kind = \"pretrain\"), not an execution file (one [execution] "
+     "table): give it as the task (-t)"),
+])
+def test_another_spec_given_as_the_execution_file_is_named(spec, said):
+    """A sweep file given to --execution said "description: unknown table or key: an execution file holds one
+    [execution] table (did you mean 'execution'?)" (walk of 2026-12-08)."""
+    path = Path(__file__).resolve().parents[2] / spec
+    line = _error(cli("run", *DSV3, "--execution", path))
+    assert line == f"error: {path}: {said}"
+
+
+def test_execution_fields_without_their_table_say_to_add_it(tmp_path):
+    path = tmp_path / "exec.toml"
+    path.write_text("micro_batch = 1\nrecompute = \"full\"\n")
+    line = _error(cli("run", *DSV3, "--execution", path))
+    assert line == (f"error: {path}: micro_batch: an execution field outside the [execution] table; write "
+                    "[execution] above the fields")
+
+
+
+def test_a_record_or_json_lines_given_as_the_execution_file_is_named(record, tmp_path):
+    """A JSON record given to --execution said "not valid TOML: Invalid statement (at line 1, column 1)"."""
+    line = _error(cli("run", *DSV3, "--execution", record))
+    assert line == (f"error: {record}: a training run record (RUNS.md), not an execution file (one [execution] "
+                    "table): 'fastmodel run -m FILE' evaluates it with its plan block")
+    lines = DATA / "runs_dev.jsonl"
+    assert _error(cli("run", *DSV3, "--execution", lines)) == (
+        f"error: {lines}: JSON lines, not an execution file (one [execution] table): training runs go to "
+        "'fastmodel validate FILE' or 'batch', serving records to 'fastmodel serve FILE'")
+    other = tmp_path / "x.json"
+    other.write_text('{"a": 1}')
+    assert _error(cli("run", *DSV3, "--execution", other)).endswith(
+        "x.json: JSON, not an execution file: an execution file is TOML holding one [execution] table")

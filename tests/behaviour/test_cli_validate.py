@@ -87,3 +87,26 @@ def test_validate_and_plot_share_one_definition_of_the_figure_options():
         return {p.name: p.help for p in command.params if p.name in ("dpi", "size", "width")}
 
     assert helps(validate) == helps(plot.commands["memory"]) and set(helps(validate)) == {"dpi", "size", "width"}
+
+
+def test_a_file_whose_every_record_is_refused_exits_3_saying_so(tmp_path):
+    """Every record refused (malformed lines, records with a hole) printed tables of misses and exited 0; a script
+    saw no difference from a scored file. Now the tables, then one line, exit 3 (as a batch whose every line is an
+    error, or a sweep with no legal point); -o still holds the rows, and --plot has no point to draw (walk of
+    2026-12-08)."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    runs = tmp_path / "bad.jsonl"
+    runs.write_text('{"id": "a",\n{"id": 2}\n')
+    result = CliRunner().invoke(main, ["validate", str(runs), "-o", str(tmp_path / "rows.csv"), "--plot",
+                                       str(tmp_path / "v.png")])
+    assert result.exit_code == 3, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last == (f"no record of {runs} could be predicted: 2 of 2 refused, each named above; "
+                    f"{tmp_path / 'rows.csv'} holds them, --plot not drawn (exit 3)")
+    assert (tmp_path / "rows.csv").exists() and not (tmp_path / "v.png").exists()
+    one = tmp_path / "one.jsonl"
+    one.write_text('{"id": "a",\n' + data_lines("runs_dev_small.jsonl", 1)[0] + "\n")
+    assert CliRunner().invoke(main, ["validate", str(one)]).exit_code == 0     # one answered: scored, exit 0

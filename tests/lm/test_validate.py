@@ -124,7 +124,7 @@ def test_a_value_outside_a_parsed_list_is_a_miss_too(tmp_path):
     path = tmp_path / "one.jsonl"
     path.write_text(json.dumps(record) + "\n")
     result = CliRunner().invoke(main, ["validate", str(path)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output     # its one record refused: nothing scored (cli/validate.py)
     assert "refused (a miss):" in result.stderr and "model.position_embedding: 'rotory'" in result.stderr
     assert "did you mean 'rotary'?" in result.stderr
 

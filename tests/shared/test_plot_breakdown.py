@@ -93,3 +93,16 @@ def test_the_totals_sit_inside_the_axes_under_the_title():
     top = ax.get_window_extent(renderer).y1
     totals = [t for t in ax.texts if t.get_text() and t.xycoords == "data"]
     assert totals and all(t.get_window_extent(renderer).y1 <= top for t in totals)
+
+
+def test_every_bar_without_a_result_names_the_statuses_and_no_others(ds):
+    """Every configuration illegal said "keep the others with --sel plan=VALUE" though there was no other, and not
+    why (walk of 2026-12-08); one of several illegal keeps the hint, with the status."""
+    with pytest.raises(PlotError) as error:
+        P.breakdown(ds, sel={"num_nodes": 16, "global_batch": 512, "plan": ["tp,ddp/mp", "ddp/ddp"]})
+    assert str(error.value) == ("no result (illegal or does not fit) for plan=tp,ddp/mp, ddp/ddp (status "
+                                "batch_not_divisible, does_not_fit)")
+    with pytest.raises(PlotError) as error:
+        P.breakdown(ds, sel={"num_nodes": 16, "global_batch": 512})
+    assert str(error.value) == ("no result (illegal or does not fit) for plan=tp,ddp/mp, ddp/ddp (status "
+                                "batch_not_divisible, does_not_fit); keep the others with --sel plan=VALUE (repeatable)")

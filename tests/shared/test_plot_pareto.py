@@ -133,3 +133,15 @@ def test_a_path_or_other_object_given_as_the_data_is_one_line(draw):
     with pytest.raises(PlotError, match=r"^expected an xarray Dataset or DataArray, got str 'sweep\.nc' "
                                         r"\(a result file: open it with xarray\.open_dataset\)$"):
         call("sweep.nc")
+
+
+def test_no_legal_point_says_which_statuses_left_them_out():
+    """A sweep of one illegal point said "no point has finite step_time and memory_per_device", not why."""
+    ds = synthetic_sweep()
+    ds["status"] = xr.full_like(ds["status"], 1)
+    ds["step_time"] = ds["step_time"].where(ds["status"] == 0)
+    with pytest.raises(PlotError) as err:
+        P.pareto(ds, x="step_time", y="memory_per_device")
+    n = ds["status"].size
+    assert str(err.value).startswith(f"no point has finite step_time and memory_per_device: left out {n} of {n} "
+                                     f"points: {n} ")
