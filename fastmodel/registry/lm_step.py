@@ -52,7 +52,7 @@ STEP_PLAN_ROWS = (
      "Set by the stack (Megatron-LM's own launcher).", 0, 1, False, "flag"),
     ("p2p_host_sync", "code", 0, "Pipeline exchanges ended by torch.cuda.synchronize() (Megatron-Core 23e00ed "
      "p2p_communication.py 395-398: batch_p2p_comm, i.e. no overlap_p2p_comm, and batch_p2p_sync), after which "
-     "the GPU waits for the host to issue its next kernel (kernels/lm/host_syncs.py host_sync_s, docs/model.md "
+     "the GPU waits for the host to issue its next kernel (kernels/lm/host_syncs.py exchange_sync_s, docs/model.md "
      "§11.64): 0 none; 1 without virtual stages only (Megatron-LM's defaults: overlap_p2p_comm forced off at vp 1, "
      "on by default otherwise, arguments.py 548, 1165, 2348-2350), set by the stack (Megatron-LM's own launcher); 2 every "
      "exchange, interleaved too (a record stating --no-overlap-p2p-communication).", 0, 2, False, "number"),

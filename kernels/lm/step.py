@@ -52,7 +52,7 @@ from fastmodel.kernels.lm.passes import (
 from fastmodel.kernels.lm.host_step import embedding_send_overlap, eval_time, host_bound_bubble, host_wait_per_microbatch
 from fastmodel.kernels.lm.chain_nic import chain_sends_nic_shared
 from fastmodel.kernels.lm.fp8 import fp8_weight_chain_s
-from fastmodel.kernels.lm.host_syncs import host_sync_s
+from fastmodel.kernels.lm.host_syncs import host_wait_s
 from fastmodel.kernels.lm.straggler import add_straggler
 from fastmodel.kernels.lm.pipeline import model_copies, pipeline_p2p
 from fastmodel.kernels.lm.dp_step import (  # noqa: F401 - the end ranks' names, re-exported for step's callers
@@ -173,8 +173,8 @@ def step_row(row, work, out):
     outside = _data_parallel_ranks(row, work, work[W_PARAMS], micro_batches, stage_mb, out)
     # per-layer FSDP runs without a pipeline only (passes.per_layer_fsdp), so never under an explicit layout
     fsdp_exposed = _fsdp_step(row, work, micro_batches, layers_per_stage(row), out)
-    host_wait = micro_batches * host_wait_per_microbatch(row, per_stage, stage_mb)
-    host_wait += host_sync_s(row, micro_batches, share > 0.0, host_wait > 0.0)     # Megatron-Core's syncs (§11.64)
+    host_wait = host_wait_s(row, micro_batches, share > 0.0,     # issue beside Megatron-Core's syncs (§11.64)
+                            micro_batches * host_wait_per_microbatch(row, per_stage, stage_mb))
     evaluation = eval_time(row, forward, micro_batches)      # the run's interleaved evaluation, per step (§11.17.1)
     step = add_straggler(row, micro_batches * stage_mb + host_wait + bubble + fsdp_exposed + pp_exposed + outside
                          + row[C_STEP_OVERHEAD_S] + offload + evaluation, out)   # the slowest GPU's wait (§11.68)

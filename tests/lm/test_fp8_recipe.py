@@ -82,6 +82,7 @@ DATA_TEXTS = {
     "DeepSeek fine-grained FP8": "blockwise", "current scaling, tensor-wise": "tensorwise",
     "delayed scaling (bf16_with_fp8_mixed": "delayed", "mxfp8: 1x32 E8M0": "mxfp8",
     "sub-channel, block-wise 128x128": "blockwise", "torchao float8 training": None,
+    "delayed (TE DelayedScaling, HYBRID": "delayed",      # the MLPerf GPT-3 v3.1 / v4.0 records (NeMo's config_fp8.sh)
 }
 
 

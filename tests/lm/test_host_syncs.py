@@ -86,19 +86,19 @@ def test_the_syncs_idle_by_hand():
     p2p = (4 + 2 * 2 - 3) * 8             # m + 2p - 3 exchanges on the critical path, one launch each (µs)
     loss = 4 * (8 * 8 + 4 * 2)            # per micro-batch: isinf; sum, 2 clones, to, cat, 2 divisions; 4 views
     buckets = 2 * 2 * 8                   # dense and expert buffers: isinf, then the next norm or the scaling
-    assert hs.host_sync_s(row, 4.0, True, False) == pytest.approx((p2p + loss + buckets) * US, rel=1e-12)
-    assert hs.host_sync_s(row, 4.0, False, False) == pytest.approx((p2p + buckets) * US, rel=1e-12)
+    assert hs.host_sync_s(row, 4.0, True) == pytest.approx((p2p + loss + buckets) * US, rel=1e-12)
+    assert hs.host_sync_s(row, 4.0, False) == pytest.approx((p2p + buckets) * US, rel=1e-12)
     llama = _row(LLAMA_PP1)                # pp 1: no exchange, the loss on the only rank, one buffer
-    assert hs.host_sync_s(llama, 4.0, False, False) == pytest.approx((4 * 72 + 16) * US, rel=1e-12)
+    assert hs.host_sync_s(llama, 4.0, False) == pytest.approx((4 * 72 + 16) * US, rel=1e-12)
     # interleaved, the record stating --no-overlap-p2p-communication (p2p_host_sync 2): m v + 2 p v - 3 exchanges
     interleaved = _row("llama3_70b_l8_tp1_pp4_vp2_dp2_mbc8_sync")
     assert interleaved[C["p2p_host_sync"]] == 2.0
     exchanges = (8 * 2 + 2 * 4 * 2 - 3) * 8
-    assert hs.host_sync_s(interleaved, 8.0, True, False) == pytest.approx((exchanges + 8 * 72 + 16) * US, rel=1e-12)
+    assert hs.host_sync_s(interleaved, 8.0, True) == pytest.approx((exchanges + 8 * 72 + 16) * US, rel=1e-12)
     interleaved[C["p2p_host_sync"]] = 1.0        # the launcher's default: p2p overlapped under interleaving
-    assert hs.host_sync_s(interleaved, 8.0, True, False) == pytest.approx((8 * 72 + 16) * US, rel=1e-12)
-    # a host-bound stage: the GPU waits for every launch already, the issue after a sync is in max(GPU, host)
-    assert hs.host_sync_s(row, 4.0, True, True) == 0.0 == hs.host_sync_s(interleaved, 8.0, True, True)
+    assert hs.host_sync_s(interleaved, 8.0, True) == pytest.approx((8 * 72 + 16) * US, rel=1e-12)
+    # a host-bound stage (issue beyond the GPU longer than the exchanges' idle): the exchanges' launch is inside it
+    assert hs.host_wait_s(interleaved, 8.0, True, 1.0) == pytest.approx(1.0 + (8 * 72 + 16) * US, rel=1e-12)
 
 
 def test_the_step_carries_the_syncs_in_its_host_wait():
@@ -123,3 +123,61 @@ def test_which_launchers_set_the_switches(framework, loops, p2p):
     assert spec.step_host_loops is loops and spec.p2p_host_sync == p2p
     fsdp = resolve(ExecutionSpec(framework=framework, stack="megatron-core", sharding="fsdp"), pp=1, layers=12)
     assert fsdp.step_host_loops is None                        # Megatron-FSDP's copy path was not read
+
+
+def test_a_host_bound_stage_keeps_the_checks_and_takes_the_longer_of_issue_and_exchanges():
+    """review17 F6 follow-up: on a host-bound stage the first launch after an exchange's ``synchronize()`` is a
+    layer operator, inside the issue time; the loss tail and the buckets' calls after their checks are not."""
+    row = _row(DSV2_PP2)
+    p2p, checks = (4 + 2 * 2 - 3) * 8 * US, (4 * 72 + 2 * 16) * US     # 40 µs; 288 + 32 µs (as above)
+    assert hs.host_wait_s(row, 4.0, True, 0.0) == pytest.approx(p2p + checks, rel=1e-12)
+    assert hs.host_wait_s(row, 4.0, True, 10 * US) == pytest.approx(p2p + checks, rel=1e-12)   # issue < exchanges
+    assert hs.host_wait_s(row, 4.0, True, 1e-3) == pytest.approx(1e-3 + checks, rel=1e-12)     # issue > exchanges
+    assert hs.host_wait_s(row, 4.0, False, 1e-3) == pytest.approx(1e-3 + 2 * 16 * US, rel=1e-12)
+
+
+def _with_host_layer(row, seconds):
+    out = row.copy()
+    out[C["host_layer_s"]] = seconds
+    return out
+
+
+def test_a_host_bound_setting_reaches_the_step_through_its_host_wait():
+    """review17 F6: the step-level check, on the row the attempt used. Megatron-Core's profile counts no host
+    operators (``host_ops_layer`` 0, §11.59), so a slower ``host_op_s`` or eager vs graphed replays multiply 0; a
+    per-layer issue time (``host_layer_s``, as a calibration sets it) does reach the step."""
+    row = _row(DSV2_PP2)
+    assert row[C["host_ops_layer"]] == 0.0 and row[C["host_layer_s"]] == 0.0
+    m, p, layers = 4.0, 2.0, 2.0          # micro-batches, stages, layers of the busiest (last) and average stage
+    h1, h2 = 0.05, 0.1                    # both far above the GPU's ~12 ms a layer pass: host-bound
+    r = evaluate_table(np.stack([row, _with_host_layer(row, h1), _with_host_layer(row, h2)], axis=1))
+    # a micro-batch lasts the issue (2 + 0 recompute) x layers x h on every stage: the busiest stage's m of them in
+    # the host wait, the 1F1B bubble's (p - 1) of the average stage's in the bubble
+    issue = 2.0 * layers * (h2 - h1)
+    assert r["time_host_wait"][2] - r["time_host_wait"][1] == pytest.approx(m * issue, rel=1e-9)
+    assert r["pipeline_bubble"][2] - r["pipeline_bubble"][1] == pytest.approx((p - 1.0) * issue, rel=1e-9)
+    assert r["step_time"][2] - r["step_time"][1] == pytest.approx((m + p - 1.0) * issue, rel=1e-9)
+    assert r["pipeline_bubble"][1] == pytest.approx((p - 1.0) * 2.0 * layers * h1, rel=1e-12)
+    # the loss and bucket checks stay on a host-bound stage; the exchanges' launch is inside the issue
+    off = [_with_host_layer(row, h1) for _ in range(2)]
+    off[1][C["step_host_loops"]] = off[1][C["p2p_host_sync"]] = off[1][C["step_grad_check"]] = 0.0
+    r_off = evaluate_table(np.stack(off, axis=1))
+    assert r_off["time_host_wait"][0] - r_off["time_host_wait"][1] == pytest.approx((4 * 72 + 2 * 16) * US,
+                                                                                    rel=1e-9)
+
+
+@pytest.mark.parametrize("case", [DSV2_PP2, LLAMA_PP1])
+def test_a_slower_host_never_makes_the_step_faster(case):
+    """Across the GPU-bound / host-bound crossing the step is continuous and non-decreasing in the host's issue
+    time (the rule before: the syncs dropped at the crossing, a slower host 0.30-0.36 ms faster)."""
+    row = _row(case)
+
+    def run(grid):
+        return evaluate_table(np.stack([_with_host_layer(row, h) for h in grid], axis=1))
+
+    coarse = np.linspace(0.0, 0.02, 81)
+    wait = run(coarse)["time_host_wait"]
+    i = int(np.argmax(np.abs(wait - wait[0]) > 1e-12))     # the first setting past the crossing
+    assert i > 0
+    fine = run(np.linspace(coarse[i - 1], coarse[i], 201))  # 1.25 µs of layer issue a step of the grid
+    assert np.all(np.diff(fine["step_time"]) >= -1e-12)

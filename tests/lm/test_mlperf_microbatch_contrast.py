@@ -84,17 +84,18 @@ def test_the_residual_per_layer_and_micro_batch(rows):
 
 def test_the_chunk_serial_bound_against_the_contrast(rows):
     """At its worst (no stream overlap) the chunk-serial bound leaves v4.0 n1344 more than v3.1, v3.1 something,
-    and takes most of n64's residual (three quarters since the records state learned positions, issue 26; all of
-    it within 5 % before); §11.29's FP8 bookkeeping bound (3 x 2 x 6 kernels at ``kernel_overhead_s``) closes
-    neither micro-batch-1 row and takes all of n64's but at most 70 us a layer. (v3.1 left more than n1344, and the
-    bookkeeping bound took all of both v4.0 rows', before §11.65 priced the chain sends' share of the NIC, each
-    chunk collective's latency and the weights' FP8 re-cast, the other ranks' on the chain included: they lowered
-    the v3.1 a from 0.068 to -0.015 s, and the v4.0 rows carry v3.1's a; 20 us before the chain's casts.)"""
+    and n64 something (it took three quarters of n64's residual since the records state learned positions, issue
+    26, all of it within 5 % before; 46 % since they state NeMo's delayed scaling, §11.19, whose cheaper
+    activation casts lower the micro-batch-heavy rows' predictions); §11.29's FP8 bookkeeping bound (3 x 2 x 6
+    kernels at ``kernel_overhead_s``) closes none of the three rows (it took all of n64's but 65 us a layer before
+    the recipe was stated). (v3.1 left more than n1344, and the bookkeeping bound took all of both v4.0 rows',
+    before §11.65 priced the chain sends' share of the NIC, each chunk collective's latency and the weights' FP8
+    re-cast, the other ranks' on the chain included: they lowered the v3.1 a from 0.068 to -0.015 s, and the v4.0
+    rows carry v3.1's a; 20 us before the chain's casts.)"""
     a, b, _, _ = contrast.v31_fit(rows)
     left = contrast.left_after_bound(rows, a, b)
     assert left["v40_mbs1_cg"] > left["v31"] > 0
-    assert 0 < left["v40_mbs2"] < 0.5 * contrast.per_layer(rows, a)[V40_MB2]
+    assert 0 < left["v40_mbs2"] < contrast.per_layer(rows, a)[V40_MB2]
     book = contrast.fp8_bookkeeping_bound(rows[V40_MB2][0])
     assert book == pytest.approx(36 * rows[V40_MB2][0][C["kernel_overhead_s"]], rel=1e-12)
-    assert min(left["v31"], left["v40_mbs1_cg"]) - book > 0
-    assert left["v40_mbs2"] - book < 70e-6
+    assert min(left["v31"], left["v40_mbs1_cg"], left["v40_mbs2"]) - book > 0
