@@ -16,7 +16,8 @@ import math
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import C_GPU_SPEED_SPREAD, C_N_GPUS, R_TIME_STRAGGLER
 
-#: at most this many Newton steps for the normal upper-tail quantile (it stops once a step is below 1e-13 of x); from x0 = sqrt(-2 ln q), an upper bound (Chernoff), the
+#: at most this many Newton steps for the normal upper-tail quantile (it stops once a step is below 1e-13 of x);
+#: from x0 = sqrt(-2 ln q), an upper bound (Chernoff), the
 #: convex decreasing tail converges monotonically, to < 1e-12 in under 10 steps for q in [1e-9, 0.5]
 QUANTILE_NEWTON_STEPS = 30
 
