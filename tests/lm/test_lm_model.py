@@ -228,9 +228,8 @@ def test_allgather_context_parallelism_gathers_k_and_v_and_is_exposed():
 ])
 def test_step_time_is_the_sum_of_its_parts(variant):
     r = one(**{**LLAMA70B, **variant})
-    parts = (r["time_gemm"] + r["time_attention"] + r["time_memory_bound"] + r["pipeline_bubble"]
-             + r["time_host_wait"] + r["time_optimizer"] + r["time_offload"] + r["time_straggler"]
-             + sum(r[f"exposed_{g}"] for g in ("tp", "cp", "ep", "pp", "dp")))
+    parts = sum(r[k] for k in ("time_gemm", "time_attention", "time_memory_bound", "pipeline_bubble", "time_host_wait", "time_optimizer",
+                               "time_offload", "time_straggler", *(f"exposed_{g}" for g in ("tp", "cp", "ep", "pp", "dp"))))
     assert r["step_time"] == pytest.approx(parts, rel=1e-12)
     for group in ("tp", "cp", "ep", "pp", "dp"):
         assert 0.0 <= r[f"exposed_{group}"] <= r[f"comm_{group}"] * (1 + 1e-12) + 1e-15, group
