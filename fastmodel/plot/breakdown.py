@@ -10,8 +10,8 @@ from matplotlib.patches import Patch
 from fastmodel.errors import nearest
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
+from fastmodel.plot.masked import status_reasons
 from fastmodel.plot.readable import make_readable
-from fastmodel.registry import status_names
 
 #: colour and legend label of each component a breakdown can stack (Okabe-Ito + greys; a process group's exposed
 #: and whole communication share its colour): the scheduler's op categories and the real-world model's terms
@@ -71,8 +71,7 @@ def breakdown_table(data, sel=None, labels=None) -> tuple[list[str], dict[str, n
     if not np.all(np.isfinite(values[parts.total])):
         bad = [shown[i] for i in np.flatnonzero(~np.isfinite(values[parts.total]))]
         listed = ", ".join(bad[:12]) + (f" ... ({len(bad)} of {len(shown)})" if len(bad) > 12 else "")
-        codes = D.select(data["status"], sel).values.ravel() if "status" in data else []
-        why = D.status_legend([c for c in codes if c != 0], status_names(data["status"])) if len(codes) else ""
+        why = status_reasons(D.select(data["status"], sel)) if "status" in data else ""   # NaN status: masked
         others = f"; keep the others with --sel {dim}=VALUE (repeatable)" if len(bad) < len(shown) else ""
         raise D.PlotError(f"no result (illegal or does not fit) for {dim}={listed}"
                           f"{f' (status {why})' if why else ''}{others}")

@@ -366,7 +366,9 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
     if da.dtype.kind in "fc" and not np.isfinite(da.values).any():
         bad = int((status.values != 0).sum()) if status is not None else 0
         if bad == da.size:   # every point has its own reason: name those, not a missing price
-            reasons = status_legend(status.values.ravel(), status_names(status))
+            from fastmodel.plot.masked import status_reasons
+
+            reasons = status_reasons(status)     # a NaN (masked) status by name, not int(nan)
             raise PlotError(f"{da.name}: every point of this selection is illegal or infeasible ({reasons}); "
                             "nothing to draw")
         why = f" ({bad:,} of {da.size:,} points illegal or infeasible, the rest NaN)" if bad else ""

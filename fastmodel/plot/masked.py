@@ -24,3 +24,12 @@ def code_name(code: int, names: list[str]) -> str:
     if code == MASKED_CODE:
         return MASKED
     return names[code] if 0 <= code < len(names) else str(code)
+
+
+def status_reasons(status) -> str:
+    """The names of ``status``'s non-ok codes, in code order and once each, a NaN status as :data:`MASKED`:
+    ``'masked (status NaN), product_ne'``; '' when every point is ok."""
+    from fastmodel.registry import status_names
+
+    names = status_names(status)
+    return ", ".join(code_name(int(code), names) for code in sorted(set(status_codes(status).ravel()) - {0}))

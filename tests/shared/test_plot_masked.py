@@ -63,3 +63,14 @@ def test_heatmap_of_a_masked_status_calls_them_no_result(served):
         fig, ax = heatmap(masked, x="tp", y="batch_size", var="output_tokens_per_s_per_gpu")
     legend = " ".join(t.get_text() for lg in [*fig.legends, ax.get_legend()] if lg for t in lg.get_texts())
     assert "-92233" not in legend and "illegal" not in legend
+
+
+def test_the_statuses_left_out_name_a_masked_point():
+    """``status_reasons`` (the breakdown's "(status ...)"): the non-ok codes' names in code order, a NaN status as
+    masked; int(nan) raised ValueError in the breakdown's legend before."""
+    import xarray as xr
+
+    from fastmodel.plot.masked import status_reasons
+    status = xr.DataArray(np.array([0.0, np.nan, 2.0, 2.0]), attrs={"flag_meanings": "ok first_degree product_ne"})
+    assert status_reasons(status) == f"{MASKED}, product_ne"
+    assert status_reasons(xr.DataArray(np.int8(0), attrs={"flag_meanings": "ok"})) == ""
